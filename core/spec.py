@@ -1,0 +1,94 @@
+"""What a backend is, for accelkit: :class:`BackendSpec` and its :class:`Capabilities`.
+
+A backend plugs into the registry (and so into ``accelkit conformance``) with one
+``BackendSpec`` object, exposed through the ``accelkit.backends`` entry-point group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+RNGClass = Literal["offset-exact", "offset-consistent", "unsupported"]
+RNG_CLASSES: tuple[str, ...] = ("offset-exact", "offset-consistent", "unsupported")
+
+#: Requirement tokens a conformance check may name in ``requires=`` and what each means.
+REQUIREMENTS: dict[str, str] = {
+    "accelerator": "a non-CPU device with a device handle (torch.<device>)",
+    "rng-tracker": "DTensor's OffsetBasedRNGTracker accepts the device (torch refuses cpu meshes)",
+    "offset-exact": "random op element i at offset o depends only on (seed, o + i)",
+    "cpu-collectives": "CPU tensors work on the default process group beside device tensors",
+}
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend declares it can do; checks that need more are SKIPped with the reason.
+
+    ``rng``: ``offset-exact`` (a Shard(0) random DTensor equals the single-device op bit for bit),
+    ``offset-consistent`` (the tracker's offsets are honoured, values differ from one device),
+    ``unsupported`` (torch's RNG tracker does not run on this device).
+    ``max_world_size``: how many ranks (devices) one host can run; ``None`` for no limit.
+    ``cpu_collectives``: CPU tensors ride along on the default group (through gloo).
+    """
+
+    rng: RNGClass = "unsupported"
+    max_world_size: int | None = None
+    cpu_collectives: bool = True
+
+    def __post_init__(self) -> None:
+        if self.rng not in RNG_CLASSES:
+            raise ValueError(f"Capabilities.rng={self.rng!r}: expected one of {', '.join(RNG_CLASSES)}")
+
+    def missing(self, requires: tuple[str, ...], device_type: str) -> str | None:
+        """The reason a check needing ``requires`` cannot run, or None if it can."""
+        for req in requires:
+            if req not in REQUIREMENTS:
+                raise ValueError(f"unknown requirement {req!r}; known: {', '.join(REQUIREMENTS)}")
+            if req == "accelerator" and device_type == "cpu":
+                return "needs an accelerator device; cpu has no device handle"
+            if req == "rng-tracker" and (device_type == "cpu" or self.rng == "unsupported"):
+                return ("unsupported by torch: DTensor's RNG tracker requires a CUDA/CUDA-like/XPU device"
+                        if device_type == "cpu" else "backend declares rng='unsupported'")
+            if req == "offset-exact" and self.rng != "offset-exact":
+                return f"backend declares rng='{self.rng}', not 'offset-exact'"
+            if req == "cpu-collectives" and not self.cpu_collectives:
+                return "backend declares cpu_collectives=False"
+        return None
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend, as the registry, the CLI and the conformance runner see it.
+
+    ``setup()`` makes the device and its collective library usable in the calling process
+    (imports, registration); it is called once per worker process, never at discovery time.
+    ``probe(world_size)`` answers ``(available, reason)`` without claiming PrivateUse1.
+    """
+
+    name: str
+    device_type: str
+    collective_backend: str
+    setup: Callable[[], None]
+    probe: Callable[[int], tuple[bool, str]]
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    expectations: Path | None = None
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        for attr in ("name", "device_type", "collective_backend"):
+            value = getattr(self, attr)
+            if not isinstance(value, str) or not value.isidentifier():
+                raise ValueError(f"BackendSpec.{attr}={value!r} must be a Python identifier")
+
+    @property
+    def process_group_backend(self) -> str:
+        """The ``backend=`` string for ``init_process_group``: device tensors through the
+        backend's collective library, CPU tensors through gloo when they ride along."""
+        if self.device_type == "cpu":
+            return self.collective_backend
+        if self.capabilities.cpu_collectives:
+            return f"{self.device_type}:{self.collective_backend},cpu:gloo"
+        return f"{self.device_type}:{self.collective_backend}"
