@@ -1,0 +1,40 @@
+"""The ``accelkit`` command. Each sub-command lives in its own module, exposing
+``add_arguments(parser)`` and ``run(args) -> int``; they are imported only when used, so
+``accelkit --help`` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: sub-command -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "backends": ("accelkit.commands.backends", "list known backends and whether they can run here"),
+    "doctor": ("accelkit.commands.doctor", "check a backend's device handle (exit 1 on errors)"),
+    "conformance": ("accelkit.conformance.cli", "run the conformance suite on a backend"),
+    "new": ("accelkit.commands.new", "create a vendor backend package from the cuda-like template"),
+}
+
+
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
+    parser = argparse.ArgumentParser(
+        prog="accelkit", description="Plug an accelerator into PyTorch distributed and prove it works.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers = {name: sub.add_parser(name, help=text, description=text)
+                  for name, (_, text) in COMMANDS.items()}
+    return parser, subparsers
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parser, subparsers = build_parser()
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command in COMMANDS:
+        module = importlib.import_module(COMMANDS[command][0])
+        module.add_arguments(subparsers[command])
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(module.run(args) or 0)

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``accelkit`` CLI (see :mod:`accelkit.cli`)."""
