@@ -1,0 +1,40 @@
+"""``accelkit doctor BACKEND``: set the backend up in this process and run the device-handle
+checker on its device; exit 1 when the report has errors, 2 when the backend cannot be found,
+is unavailable on this host (e.g. cuda without a GPU) or cannot be set up."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from accelkit.core import registry
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("backend", metavar="BACKEND", help="backend name (see `accelkit backends`)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        spec = registry.get(args.backend)
+    except registry.BackendRegistryError as exc:
+        print(f"accelkit doctor: {exc}", file=sys.stderr)
+        return 2
+    available, reason = spec.probe(1)
+    if not available:
+        print(f"accelkit doctor: backend {spec.name!r} is unavailable here: {reason}",
+              file=sys.stderr)
+        return 2
+    try:
+        spec.setup()
+    except Exception as exc:  # NotImplementedError for unfinished backends, import errors, ...
+        print(f"accelkit doctor: cannot set up backend {spec.name!r}: "
+              f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    from accelkit.core.checker import check_device_handle
+
+    print(f"backend {spec.name!r}: device {spec.device_type!r}, collectives "
+          f"{spec.process_group_backend!r}")
+    report = check_device_handle(spec.device_type)
+    print(report.render())
+    return 0 if report.ok else 1
