@@ -23,7 +23,6 @@ from accelkit.core.spec import REQUIREMENTS
 
 if TYPE_CHECKING:
     import torch
-
     from accelkit.core.spec import BackendSpec
 
 

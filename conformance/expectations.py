@@ -1,0 +1,152 @@
+"""Expectations: what a backend is known not to do yet, in a plain TOML file (issue #3).
+
+Each backend ships one (``BackendSpec.expectations``); ``--expectations FILE`` replaces it.
+Format::
+
+    # expectations for backend "mock"
+    [checks."rng.offset_exact_shard0"]
+    status = "xfail"                      # or "skip"
+    reason = "dropout falls back to the CPU generator"
+    link = "https://github.com/org/repo/issues/12"    # optional
+    torch = ">=2.13,<2.15"                # optional: applies only to these torch versions
+
+``status = "xfail"``: the check runs; FAIL/ERROR/TIMEOUT/CRASH become XFAIL (the actual outcome
+stays in the report), PASS becomes XPASS (a failure under ``--strict``: the expectation is
+stale). ``status = "skip"``: the check does not run (SKIP with the reason); use it for checks
+that would crash or hang. ``torch`` is a comma-separated list of ``>=``, ``>``, ``<=``, ``<``,
+``==``, ``!=`` clauses on release numbers (``2.13`` compares as ``2.13.0``; local parts such as
+``+cpu`` are ignored). Only the ``checks`` table is allowed at the top level, only the keys above
+in an entry. An id no check has is an error naming it and the closest known ids (catches typos);
+a malformed file is an error naming the file and the line or key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+STATUSES = ("xfail", "skip")
+_KEYS = {"status", "reason", "link", "torch"}
+_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
+
+
+class ExpectationsError(Exception):
+    """The expectations file is malformed or names an unknown check."""
+
+
+@dataclass(frozen=True)
+class Expectation:
+    check_id: str
+    status: str
+    reason: str
+    link: str | None = None
+    torch: str | None = None
+
+    def to_dict(self) -> dict:
+        return {"status": self.status, "reason": self.reason, "link": self.link,
+                "torch": self.torch}
+
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"\d+(?:\.\d+)*", version)
+    if not match:
+        raise ValueError(f"not a version: {version!r}")
+    parts = tuple(int(p) for p in match.group(0).split("."))
+    return parts + (0,) * (3 - len(parts))
+
+
+def version_matches(version: str, spec: str) -> bool:
+    """Whether ``version`` (e.g. ``2.13.0+cpu``) satisfies ``spec`` (e.g. ``>=2.13,<2.15``)."""
+    have = _release(version)
+    for clause in spec.split(","):
+        match = _CLAUSE.match(clause)
+        if not match:
+            raise ValueError(f"bad version clause {clause.strip()!r} (expected e.g. '>=2.13')")
+        op, want = match.group(1), _release(match.group(2))
+        ok = {">=": have >= want, "<=": have <= want, ">": have > want, "<": have < want,
+              "==": have == want, "!=": have != want}[op]
+        if not ok:
+            return False
+    return True
+
+
+def _line_of(text: str, check_id: str) -> int | None:
+    pattern = re.compile(r'^\s*\[\s*checks\s*\.\s*["\']?' + re.escape(check_id) + r'["\']?\s*\]')
+    for number, line in enumerate(text.splitlines(), 1):
+        if pattern.match(line):
+            return number
+    return None
+
+
+def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str, Expectation]:
+    """Parse ``path``; return the expectations that apply to ``torch_version``, by check id."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ExpectationsError(f"cannot read expectations file {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ExpectationsError(f"{path}: not valid TOML: {exc}") from None
+    extra = sorted(set(data) - {"checks"})
+    if extra:
+        raise ExpectationsError(
+            f"{path}: unknown top-level key(s) {', '.join(map(repr, extra))}; "
+            "entries go under [checks.\"area.name\"]")
+    entries = data.get("checks", {})
+    if not isinstance(entries, dict):
+        raise ExpectationsError(f"{path}: 'checks' must be a table of [checks.\"area.name\"] entries")
+    result: dict[str, Expectation] = {}
+    for check_id, entry in entries.items():
+        line = _line_of(text, check_id)
+        where = f"{path}:{line}" if line else str(path)
+        if not isinstance(entry, dict):
+            # e.g. [checks.rng] with a nested key: ids with dots must be quoted
+            raise ExpectationsError(
+                f"{where}: checks.{check_id} is not an entry; quote dotted ids: "
+                f"[checks.\"area.name\"]")
+        if all(isinstance(v, dict) for v in entry.values()) and entry:
+            nested = next(iter(entry))
+            raise ExpectationsError(
+                f"{where}: [checks.{check_id}.{nested}] looks like an unquoted id; write "
+                f"[checks.\"{check_id}.{nested}\"]")
+        key = f"checks.\"{check_id}\""
+        if check_id not in known_ids:
+            close = difflib.get_close_matches(check_id, sorted(known_ids), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ExpectationsError(f"{where}: unknown check id {check_id!r}{hint}")
+        unknown = sorted(set(entry) - _KEYS)
+        if unknown:
+            raise ExpectationsError(
+                f"{where}: {key} has unknown key(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(sorted(_KEYS))}")
+        status = entry.get("status")
+        if status not in STATUSES:
+            raise ExpectationsError(
+                f"{where}: {key}.status is {status!r}; expected one of {', '.join(STATUSES)}")
+        reason = entry.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise ExpectationsError(f"{where}: {key}.reason is missing; say why")
+        for opt in ("link", "torch"):
+            if opt in entry and not isinstance(entry[opt], str):
+                raise ExpectationsError(f"{where}: {key}.{opt} must be a string")
+        torch_range = entry.get("torch")
+        if torch_range is not None:
+            try:
+                applies = version_matches(torch_version, torch_range)
+            except ValueError as exc:
+                raise ExpectationsError(f"{where}: {key}.torch: {exc}") from None
+            if not applies:
+                continue
+        result[check_id] = Expectation(check_id, status, reason.strip(), entry.get("link"),
+                                       torch_range)
+    return result

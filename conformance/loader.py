@@ -1,0 +1,96 @@
+"""Finding checks: the catalogue, extra check modules, and selection (issue #3).
+
+Extra modules (fixtures, a vendor's own checks) are named either as an importable module
+(``my_vendor.checks``) or as a path to a ``.py`` file; the engine's workers import the same
+list, so a check id means the same function on every rank.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+from accelkit.conformance.api import CHECKS, CheckDef
+
+
+class CheckLoadError(Exception):
+    """A check module cannot be imported; the message names it and what went wrong."""
+
+
+def _module_name_for_path(path: Path) -> str:
+    stem = re.sub(r"\W", "_", path.stem)
+    return f"accelkit_checks_{stem}"
+
+
+def import_module(name: str) -> None:
+    """Import one check module by dotted name or ``.py`` path (idempotent)."""
+    path = Path(name)
+    try:
+        if name.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise CheckLoadError(f"check module file {name!r} does not exist")
+            mod_name = _module_name_for_path(path)
+            if mod_name in sys.modules:
+                return
+            spec = importlib.util.spec_from_file_location(mod_name, path.resolve())
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[mod_name]
+                raise
+        else:
+            importlib.import_module(name)
+    except CheckLoadError:
+        raise
+    except Exception as exc:
+        raise CheckLoadError(
+            f"cannot import check module {name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def load(modules: list[str], builtin: bool = True) -> dict[str, CheckDef]:
+    """Import the catalogue (unless ``builtin`` is False) and ``modules``; every check known."""
+    if builtin:
+        from accelkit.conformance import checks
+
+        try:
+            checks.load_all()
+        except Exception as exc:
+            raise CheckLoadError(
+                f"cannot import the check catalogue (accelkit.conformance.checks): "
+                f"{type(exc).__name__}: {exc}") from exc
+    for name in modules:
+        import_module(name)
+    if not builtin:
+        return {cid: c for cid, c in CHECKS.items()
+                if not c.module.startswith("accelkit.conformance.checks")}
+    return dict(CHECKS)
+
+
+def _matches(check_id: str, pattern: str) -> bool:
+    if any(ch in pattern for ch in "*?["):
+        return fnmatch.fnmatchcase(check_id, pattern)
+    return pattern in check_id
+
+
+def select(checks: dict[str, CheckDef], *, areas: list[str] | None = None,
+           patterns: list[str] | None = None, world_size: int | None = None) -> list[CheckDef]:
+    """Checks in ``areas`` whose id matches any of ``patterns`` (substring, or glob when it has
+    ``*?[``) and whose world size is ``world_size``; ordered by world size, then area, then
+    definition order (a module lists its checks from the basic to the advanced)."""
+    chosen = []
+    position = {cid: i for i, cid in enumerate(checks)}
+    for check in checks.values():
+        if areas and check.area not in areas:
+            continue
+        if patterns and not any(_matches(check.id, p) for p in patterns):
+            continue
+        if world_size is not None and check.world_size != world_size:
+            continue
+        chosen.append(check)
+    return sorted(chosen, key=lambda c: (c.world_size, c.area, position[c.id]))

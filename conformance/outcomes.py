@@ -1,0 +1,110 @@
+"""Check outcomes and how per-rank results merge into one (issue #3).
+
+A check runs on every rank; each rank reports a :class:`RankResult`. :func:`merge` turns them
+into the check's :class:`Outcome`: a dead rank makes it CRASH, a missing answer TIMEOUT, then
+ERROR (an unexpected exception on any rank) beats FAIL (an ``AssertionError`` on any rank),
+which beats SKIP (``Skip`` raised on any rank); PASS needs every rank to pass. Expectations
+then turn a failing outcome into XFAIL and an unexpected pass into XPASS.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+
+
+class Outcome(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    SKIP = "skip"
+    XFAIL = "xfail"
+    XPASS = "xpass"
+    UNAVAILABLE = "unavailable"
+
+    @property
+    def label(self) -> str:
+        return self.name
+
+
+#: Outcomes an ``xfail`` expectation covers (the check is known not to work).
+FAILING: frozenset[Outcome] = frozenset({Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT,
+                                         Outcome.CRASH})
+#: Column order of every summary table.
+ORDER: tuple[Outcome, ...] = (Outcome.PASS, Outcome.FAIL, Outcome.ERROR, Outcome.TIMEOUT,
+                              Outcome.CRASH, Outcome.SKIP, Outcome.XFAIL, Outcome.XPASS,
+                              Outcome.UNAVAILABLE)
+
+#: Per-rank statuses: what one rank saw (``crash``/``timeout``/``aborted`` are set by the pool).
+RANK_STATUSES = ("pass", "fail", "error", "skip", "crash", "timeout", "aborted")
+
+
+@dataclass
+class RankResult:
+    """What one rank reported for one check (or what the pool saw happen to it)."""
+
+    rank: int
+    status: str
+    message: str = ""
+    traceback: str = ""
+    duration_s: float = 0.0
+    peak_host_mb: float | None = None
+    peak_device_mb: float | None = None
+    returned: str | None = None
+    exit: str | None = None  # how a dead rank ended: "exit code 3", "SIGSEGV"
+    log_tail: str = ""       # the rank's stderr since the check started (crash/timeout)
+    group_count: int = 0     # c10d's group counter after the check (kept in step across ranks)
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data.pop("group_count")
+        return data
+
+
+@dataclass
+class CheckResult:
+    """The merged result of one check, as every report shows it."""
+
+    id: str
+    world_size: int
+    outcome: Outcome
+    reason: str = ""
+    duration_s: float = 0.0
+    pool_start_s: float = 0.0         # time spent (re)starting the pool before this check
+    ranks: list[RankResult] = field(default_factory=list)
+    expectation: dict | None = None   # the expectation applied, if any
+    actual: Outcome | None = None     # the outcome before an expectation turned it into XFAIL/XPASS
+
+    @property
+    def area(self) -> str:
+        return self.id.split(".", 1)[0]
+
+    @property
+    def first_line(self) -> str:
+        return self.reason.strip().splitlines()[0] if self.reason.strip() else ""
+
+
+def _rank_line(r: RankResult) -> str:
+    text = r.message.strip().splitlines()[0] if r.message.strip() else r.status
+    return f"rank {r.rank}: {text}"
+
+
+def merge(ranks: list[RankResult]) -> tuple[Outcome, str]:
+    """The outcome of a check from its per-rank results, and the reason (one line per rank
+    that did not pass, worst first)."""
+    by_status: dict[str, list[RankResult]] = {}
+    for r in ranks:
+        by_status.setdefault(r.status, []).append(r)
+    for status, outcome in (("crash", Outcome.CRASH), ("timeout", Outcome.TIMEOUT),
+                            ("error", Outcome.ERROR), ("fail", Outcome.FAIL)):
+        if status in by_status:
+            lines = [_rank_line(r) for r in by_status[status]]
+            return outcome, "\n".join(lines)
+    if "skip" in by_status:
+        reasons = sorted({r.message for r in by_status["skip"]})
+        return Outcome.SKIP, "; ".join(reasons)
+    if ranks and all(r.status == "pass" for r in ranks):
+        return Outcome.PASS, ""
+    return Outcome.ERROR, "no result from any rank"

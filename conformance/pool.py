@@ -1,0 +1,280 @@
+"""The engine's worker pool: ``world_size`` long-lived rank processes for one backend (issue #3).
+
+Spawning and initialising a process group costs seconds (5-7 s for 4 ranks on gloo here), so a
+pool does it once and then runs checks on command: one pickled message per rank over a
+socketpair, one :class:`~accelkit.conformance.outcomes.RankResult` back. Workers are fresh
+interpreters (``python -m accelkit.conformance.worker``) in their own process group, so
+teardown kills the whole group (and anything a check started) and reaps every rank: no zombie
+is left. A hung check (TIMEOUT) or a dead rank (CRASH) tears the pool down; the caller builds a
+new one for the next check. Worker output goes to per-rank log files; their tail since the
+check started is attached to the ranks that hung or died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from accelkit.conformance.outcomes import RankResult
+
+#: Where mccl's shared-memory segments live (interfaces.md #3).
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "accelkit_mccl_"
+
+
+class PoolStartError(Exception):
+    """The pool could not start (a rank failed setup or init); the message has each rank's error."""
+
+
+def _exit_text(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            return signal.Signals(-returncode).name
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+def sweep_shm(pids: list[int]) -> list[str]:
+    """Remove ``/dev/shm/accelkit_mccl_*`` segments whose name carries one of ``pids`` (as a
+    ``_<pid>`` token), left behind by ranks that were killed; returns the names removed."""
+    removed = []
+    tokens = {str(p) for p in pids}
+    try:
+        names = [p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        if tokens & set(name[len(SHM_PREFIX):].split("_")):
+            try:
+                (SHM_DIR / name).unlink()
+                removed.append(name)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
+class Pool:
+    """``world_size`` ranks of backend ``backend`` with an initialised default process group."""
+
+    def __init__(self, backend: str, world_size: int, *, modules: list[str], builtin: bool,
+                 start_timeout_s: float = 180.0, memory_limit_mb: int | None = None,
+                 pg_timeout_s: float = 1800.0) -> None:
+        self.backend = backend
+        self.world_size = world_size
+        self.procs: list[subprocess.Popen] = []
+        self.conns: list[Connection] = []
+        self.logs: list[Path] = []
+        self.device: dict = {}
+        self.group_count = 0
+        self.alive = False
+        self._closed = False
+        self.pgid = 0
+        self._logdir = tempfile.TemporaryDirectory(prefix="accelkit-pool-")
+        started = time.perf_counter()
+        try:
+            self._spawn(modules, builtin, memory_limit_mb, pg_timeout_s)
+            self._handshake(start_timeout_s)
+        except BaseException:
+            self.close(graceful=False)
+            raise
+        self.startup_s = time.perf_counter() - started
+        self.alive = True
+
+    # -- start-up ---------------------------------------------------------------------------
+    def _spawn(self, modules, builtin, memory_limit_mb, pg_timeout_s) -> None:
+        pgid = 0
+        for rank in range(self.world_size):
+            parent_sock, child_sock = socket.socketpair()
+            config = {"rank": rank, "world_size": self.world_size, "backend": self.backend,
+                      "modules": modules, "builtin": builtin, "pg_timeout_s": pg_timeout_s,
+                      "memory_limit_mb": memory_limit_mb}
+            env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
+                       WORLD_SIZE=str(self.world_size), LOCAL_WORLD_SIZE=str(self.world_size),
+                       MASTER_ADDR="127.0.0.1")
+            log = Path(self._logdir.name) / f"rank{rank}.log"
+            self.logs.append(log)
+            with open(log, "wb") as out:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "accelkit.conformance.worker",
+                     str(child_sock.fileno()), json.dumps(config)],
+                    pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=subprocess.STDOUT, process_group=pgid)
+            child_sock.close()
+            if pgid == 0:
+                pgid = proc.pid
+            self.procs.append(proc)
+            self.conns.append(Connection(parent_sock.detach()))
+        self.pgid = pgid
+
+    def _recv(self, rank: int, deadline: float) -> dict:
+        conn = self.conns[rank]
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolStartError(
+                    f"rank {rank} did not finish start-up in time; its log:\n{self._log_tail(rank)}")
+            if conn.poll(min(left, 0.5)):
+                try:
+                    return conn.recv()
+                except EOFError:
+                    self.procs[rank].wait(timeout=5)
+                    raise PoolStartError(
+                        f"rank {rank} died during start-up "
+                        f"({_exit_text(self.procs[rank].returncode)}); its log:\n"
+                        f"{self._log_tail(rank)}") from None
+
+    def _handshake(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        first = self._recv(0, deadline)
+        if first["type"] == "failed":
+            raise PoolStartError(f"rank 0: {first['error']}\n{first['traceback']}")
+        for conn in self.conns[1:]:
+            conn.send({"type": "store", "port": first["port"]})
+        errors = []
+        for rank in range(self.world_size):
+            msg = self._recv(rank, deadline)
+            if msg["type"] == "failed":
+                errors.append(f"rank {rank}: {msg['error']}\n{msg['traceback']}")
+            elif rank == 0:
+                self.device = msg["device"]
+        if errors:
+            raise PoolStartError("\n".join(errors))
+
+    # -- running ----------------------------------------------------------------------------
+    def _log_size(self, rank: int) -> int:
+        try:
+            return self.logs[rank].stat().st_size
+        except OSError:
+            return 0
+
+    def _log_tail(self, rank: int, since: int = 0, limit: int = 4000) -> str:
+        try:
+            with open(self.logs[rank], "rb") as f:
+                f.seek(max(since, self._log_size(rank) - limit))
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def run(self, check_id: str, timeout_s: float) -> tuple[list[RankResult], str | None]:
+        """Run ``check_id`` on every rank. Returns the per-rank results and, when the pool had
+        to be torn down, why (``"timeout"`` or ``"crash"``)."""
+        if not self.alive:
+            raise RuntimeError("the pool is closed")
+        offsets = [self._log_size(r) for r in range(self.world_size)]
+        for conn in self.conns:
+            conn.send({"type": "run", "id": check_id, "group_count": self.group_count})
+        results: dict[int, RankResult] = {}
+        dead: dict[int, str] = {}
+        deadline = time.monotonic() + timeout_s
+        pending = {conn: rank for rank, conn in enumerate(self.conns)}
+        while pending:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            # after a death, give the other ranks a moment to report (or die) too
+            ready = wait(list(pending), timeout=min(left, 0.5) if dead else left)
+            if dead and not ready:
+                break
+            for conn in ready:
+                rank = pending.pop(conn)
+                try:
+                    results[rank] = conn.recv()
+                except (EOFError, OSError):
+                    self.procs[rank].wait()
+                    dead[rank] = _exit_text(self.procs[rank].returncode)
+        if dead:
+            for rank, how in dead.items():
+                results[rank] = RankResult(rank=rank, status="crash", message=f"died: {how}",
+                                           exit=how, log_tail=self._log_tail(rank, offsets[rank]))
+            for rank in pending.values():
+                results[rank] = RankResult(rank=rank, status="aborted",
+                                           message="aborted: pool torn down after a rank died")
+            self.close(graceful=False)
+            return [results[r] for r in range(self.world_size)], "crash"
+        if pending:
+            self._dump_stacks(list(pending.values()))
+            for rank in pending.values():
+                results[rank] = RankResult(
+                    rank=rank, status="timeout", message=f"no answer within {timeout_s:g} s",
+                    log_tail=self._log_tail(rank, offsets[rank]))
+            self.close(graceful=False)
+            return [results[r] for r in range(self.world_size)], "timeout"
+        ordered = [results[r] for r in range(self.world_size)]
+        self.group_count = max(r.group_count for r in ordered)
+        return ordered, None
+
+    def _dump_stacks(self, ranks: list[int]) -> None:
+        """Ask hung ranks for every thread's stack (faulthandler on SIGUSR1) before the kill."""
+        for rank in ranks:
+            try:
+                self.procs[rank].send_signal(signal.SIGUSR1)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.3)
+
+    def sync(self, timeout_s: float = 10.0) -> bool:
+        """A barrier on the default group; False (and the pool closed) if it does not complete,
+        which means the ranks' collectives went out of step."""
+        for conn in self.conns:
+            conn.send({"type": "sync"})
+        deadline = time.monotonic() + timeout_s
+        for conn in self.conns:
+            left = deadline - time.monotonic()
+            try:
+                if left <= 0 or not conn.poll(left):
+                    raise TimeoutError
+                conn.recv()
+            except (EOFError, OSError, TimeoutError):
+                self.close(graceful=False)
+                return False
+        return True
+
+    # -- teardown ---------------------------------------------------------------------------
+    def close(self, graceful: bool = True) -> None:
+        """Stop every rank (politely when ``graceful``, then SIGKILL to the whole process
+        group), reap them, remove shared-memory segments they left, and delete the logs."""
+        self.alive = False
+        if self._closed:
+            return
+        self._closed = True
+        if graceful:
+            for conn in self.conns:
+                try:
+                    conn.send({"type": "exit"})
+                except OSError:
+                    pass
+            deadline = time.monotonic() + 5.0
+            for proc in self.procs:
+                try:
+                    proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    break
+        if any(proc.poll() is None for proc in self.procs):  # the group still has a member
+            try:
+                os.killpg(self.pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for proc in self.procs:
+            proc.wait()
+        for conn in self.conns:
+            conn.close()
+        sweep_shm([p.pid for p in self.procs])
+        self.conns = []
+        self._logdir.cleanup()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,77 @@
+"""What the engine prints: one progress line per check, then a per-area summary table and
+the non-passing checks with the first line of their reason (issue #3)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from accelkit.conformance.outcomes import ORDER, CheckResult, Outcome
+from accelkit.conformance.runner import RunReport
+
+#: Outcomes listed after the summary table, worst first.
+NOT_PASSING = (Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR, Outcome.FAIL, Outcome.XPASS,
+               Outcome.XFAIL, Outcome.SKIP, Outcome.UNAVAILABLE)
+
+
+class Progress:
+    """Prints ``[  3/27] PASS      0.04s  area.name (ws 4)  pass 3 · fail 0 ...`` per check."""
+
+    def __init__(self, total: int, stream: TextIO | None = None) -> None:
+        self.total = total
+        self.done = 0
+        self.counts = {o: 0 for o in Outcome}
+        self.stream = stream or sys.stdout
+
+    def __call__(self, result: CheckResult) -> None:
+        self.done += 1
+        self.counts[result.outcome] += 1
+        width = len(str(self.total))
+        running = " ".join(f"{o.value}={n}" for o, n in self.counts.items() if n)
+        line = (f"[{self.done:>{width}}/{self.total}] {result.outcome.label:<11} "
+                f"{result.duration_s:7.2f}s  {result.id} (ws {result.world_size})  [{running}]")
+        if result.pool_start_s:
+            line += f"  (+{result.pool_start_s:.1f}s pool start)"
+        if result.outcome is not Outcome.PASS and result.first_line:
+            line += f"\n{'':>{2 * width + 3}} {result.first_line}"
+        print(line, file=self.stream, flush=True)
+
+
+def summary(report: RunReport) -> str:
+    """The end-of-run text: header, per-area table, non-passing checks, verdict."""
+    cols = [o.value for o in ORDER] + ["total"]
+    header = ["area"] + cols + ["time"]
+    rows = []
+    for area, results in report.by_area().items():
+        counts = report.counts(results)
+        rows.append([area] + [str(counts[c]) for c in cols]
+                    + [f"{sum(r.duration_s for r in results):.1f}s"])
+    counts = report.counts()
+    rows.append(["TOTAL"] + [str(counts[c]) for c in cols] + [f"{report.duration_s:.1f}s"])
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+
+    def fmt(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
+
+    spec = report.spec
+    lines = [f"accelkit conformance: backend {spec.name} (device {spec.device_type}, "
+             f"{spec.process_group_backend}), torch {report.torch}", ""]
+    if report.unavailable:
+        lines += [f"UNAVAILABLE: backend {spec.name!r} cannot run here: {report.unavailable}", ""]
+    lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
+    lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
+    listed = [r for o in NOT_PASSING for r in report.results if r.outcome is o]
+    if listed:
+        lines += ["", "not passing:"]
+        for r in listed:
+            lines.append(f"  {r.outcome.label:<11} {r.id}: {r.first_line}")
+    failed = report.failed()
+    lines.append("")
+    if failed:
+        lines.append(f"FAILED: {len(failed)} check(s) did not pass")
+    elif report.unavailable:
+        lines.append("NOT RUN: backend unavailable (exit 0; --require-available makes it exit 3)")
+    else:
+        lines.append("OK")
+    return "\n".join(lines)
