@@ -23,6 +23,7 @@ _LABEL = {"error": "ERROR", "warning": "WARNING", "info": "info",
 _SEED_PAIR = ("manual_seed_all", "_is_in_bad_fork")
 _PHILOX_BYTES = 16
 _TRACKER = "DTensor's OffsetBasedRNGTracker"
+_FORMS_FIX = "accept the device as an int, a '<name>:<i>' str and a torch.device"
 
 
 @dataclass(frozen=True)
@@ -409,10 +410,7 @@ class _Prober:
             except Exception as exc:
                 problem = f"get_rng_state({form!r}) raised {type(exc).__name__}: {exc}"
             if problem:
-                self.add("error", "get_rng_state", problem,
-                         f"torch.random.fork_rng(devices=[...]) (the tracker passes "
-                         f"torch.device('{self.dt}:i'))",
-                         "accept the device as an int, a '<name>:<i>' str and a torch.device")
+                self.add("error", "get_rng_state", problem, self.forms_breaks(), _FORMS_FIX)
 
     def round_trip(self, state: Any) -> None:
         for k, form in enumerate([None, *self.forms()]):
@@ -423,16 +421,21 @@ class _Prober:
                 self.report.probes += 1
                 self.handle.set_rng_state(*args)
                 got = self.handle.get_rng_state()
-                problem = None if self.torch.equal(got, wanted) else (
-                    f"{shown} then get_rng_state() gives {got.tolist()}, not {wanted.tolist()}")
             except Exception as exc:
-                problem = f"{shown} raised {type(exc).__name__}: {exc}"
-            if problem:
-                self.add("error", "set_rng_state", problem,
+                self.add("error", "set_rng_state", f"{shown} raised {type(exc).__name__}: {exc}",
+                         self.forms_breaks(), _FORMS_FIX)
+                continue
+            if not self.torch.equal(got, wanted):
+                self.add("error", "set_rng_state",
+                         f"{shown} then get_rng_state() gives {got.tolist()}, not "
+                         f"{wanted.tolist()}",
                          f"{_TRACKER}._distribute_region sets a per-shard offset and fork_rng "
                          "restores the state: random DTensor ops repeat or diverge across ranks",
-                         "store the given state so get_rng_state() returns it, accepting the "
-                         "device as an int, a str and a torch.device")
+                         "store the given state so get_rng_state() returns it")
+
+    def forms_breaks(self) -> str:
+        return (f"torch.random.fork_rng(devices=[torch.device('{self.dt}:i')]), which "
+                f"{_TRACKER} runs every random op in")
 
     def seeding(self) -> None:
         torch = self.torch
