@@ -1,0 +1,139 @@
+"""``accelkit backends`` and ``accelkit doctor``: output and exit codes, end to end through
+``python -m accelkit`` where it matters, in-process for the error paths."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from accelkit.core import registry
+from accelkit.core.spec import BackendSpec
+from conftest import run_python
+
+from accelkit.cli import main
+
+
+def _accelkit(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "accelkit", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    monkeypatch.setattr(registry, "_registered", {})
+    monkeypatch.setattr(registry, "_discovered", True)  # only what the test registers
+    return registry
+
+
+def _spec(name, setup=lambda: None, probe=lambda world_size=1: (True, "here")):
+    return BackendSpec(name=name, device_type="cpu", collective_backend="gloo", setup=setup,
+                       probe=probe)
+
+
+def test_backends_table():
+    proc = _accelkit("backends", "--world-size", "2")
+    assert proc.returncode == 0, proc.stderr
+    rows = [line.split(None, 5) for line in proc.stdout.splitlines()]
+    assert rows[0] == ["NAME", "DEVICE", "COLLECTIVE", "RNG", "AVAILABLE", "REASON"]
+    by_name = {row[0]: row for row in rows[1:]}
+    assert by_name["cpu"] == ["cpu", "cpu", "gloo", "unsupported", "yes", "gloo is available"]
+    assert by_name["mock"][:5] == ["mock", "mock", "mccl", "offset-exact", "yes"]
+    if not torch.cuda.is_available():
+        assert by_name["cuda"] == ["cuda", "cuda", "nccl", "offset-consistent", "no",
+                                   "no CUDA device (torch.cuda.is_available() is False)"]
+    # columns line up: every row starts its AVAILABLE cell where the header does
+    column = proc.stdout.splitlines()[0].index("AVAILABLE")
+    assert all(line[column:column + 3] in ("yes", "no ") for line in proc.stdout.splitlines()[1:])
+
+
+def test_backends_registers_no_device(capsys):
+    assert main(["backends"]) == 0
+    assert "mock" in capsys.readouterr().out
+    assert torch._C._get_privateuse1_backend_name() == "privateuseone"
+    assert "accelkit.backends.mock" not in sys.modules
+
+
+def test_backends_shows_a_failing_probe_in_its_row(fresh, capsys):
+    def probe(world_size=1):
+        raise OSError("driver not loaded")
+
+    fresh.register(_spec("flaky", probe=probe), origin="test")
+    assert main(["backends"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].split(None, 5) == [
+        "flaky", "cpu", "gloo", "unsupported", "no", "probe raised OSError: driver not loaded"]
+
+
+def test_backends_rejects_a_bad_world_size(capsys):
+    assert main(["backends", "--world-size", "0"]) == 2
+    assert capsys.readouterr().err == "accelkit backends: --world-size must be >= 1, got 0\n"
+
+
+def test_doctor_cpu():
+    proc = _accelkit("doctor", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "backend 'cpu': device 'cpu', collectives 'gloo'"
+    assert lines[1] == ("torch.cpu: 2 probes; 0 ERROR, 0 WARNING, 0 info, 2 unsupported by "
+                        "torch; OK")
+    assert lines[2].startswith("[unsupported by torch] OffsetBasedRNGTracker: the tracker "
+                               "refuses cpu meshes")
+
+
+def test_doctor_unknown_backend(capsys):
+    assert main(["doctor", "mokc"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("accelkit doctor: unknown backend 'mokc'; known backends: mock, ")
+
+
+def test_doctor_backend_not_built_yet(fresh, capsys):
+    def setup():
+        raise NotImplementedError("the acme device is not built yet, see issue #9")
+
+    fresh.register(_spec("acme", setup=setup), origin="test")
+    assert main(["doctor", "acme"]) == 2
+    assert capsys.readouterr().err == (
+        "accelkit doctor: cannot set up backend 'acme': NotImplementedError: the acme device is "
+        "not built yet, see issue #9\n")
+
+
+def test_doctor_unavailable_backend(fresh, capsys):
+    fresh.register(_spec("acme", probe=lambda world_size=1: (False, "no acme card")),
+                   origin="test")
+    assert main(["doctor", "acme"]) == 2
+    assert capsys.readouterr().err == ("accelkit doctor: backend 'acme' is unavailable here: "
+                                       "no acme card\n")
+
+
+DOCTOR_BROKEN = """
+import sys, pydevice
+from accelkit.cli import main
+from accelkit.core import register_accelerator, registry
+from accelkit.core.spec import BackendSpec
+
+def setup():
+    pydevice.install_hooks()
+    mod = pydevice.make_module("pydev")
+    mod.get_rng_state = lambda device=None: __import__("torch").zeros(8, dtype=__import__(
+        "torch").uint8)
+    register_accelerator("pydev", mod, strict=False)
+
+registry.register(BackendSpec(name="pybroken", device_type="pydev", collective_backend="pyccl",
+                              setup=setup, probe=lambda world_size=1: (True, "python device")),
+                  origin="test")
+sys.exit(main(["doctor", "pybroken"]))
+"""
+
+
+def test_doctor_exit_code_1_on_errors():
+    proc = run_python(DOCTOR_BROKEN)
+    assert proc.returncode == 1, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "backend 'pybroken': device 'pydev', collectives 'pydev:pyccl,cpu:gloo'"
+    assert lines[1].startswith("torch.pydev: ") and lines[1].endswith("; FAILED")
+    assert ("[ERROR] get_rng_state: get_rng_state() is a 8-element torch.uint8 tensor on cpu, "
+            "not 16 uint8 bytes on cpu (uint64 seed + int64 offset)") in lines
+    assert "Traceback" not in proc.stderr
