@@ -15,10 +15,13 @@ import pytest
 TESTS = Path(__file__).resolve().parent
 
 
-def run_python(code: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``code`` (dedented) with ``tests/`` importable; returns the finished process."""
+def run_python(code: str, *args: str, timeout: float = 120, path: tuple[str, ...] = (),
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run ``code`` (dedented) with ``tests/`` and ``path`` importable and torch's backend
+    autoload off unless ``env`` turns it on; returns the finished process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-           "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(TESTS), *path, os.environ.get("PYTHONPATH", "")]),
+           **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
                           capture_output=True, text=True, timeout=timeout, cwd=TESTS)
 

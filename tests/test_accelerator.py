@@ -149,3 +149,34 @@ def test_register_once_idempotent_and_conflicts():
     assert r["tensor_methods"] is True
     assert r["device"] == "pydev:1"
     assert r["initialized"] is False  # registration leaves DeviceMesh free to pick the device
+
+
+AUTOLOAD_MODULE = '''
+def _creator(dist_backend_opts, backend_options):
+    raise AssertionError("not called in this test")
+
+def autoload():
+    import pydevice
+    from accelkit.core import register_accelerator
+    pydevice.install_hooks()
+    register_accelerator("pydev", pydevice.make_module("pydev"), collective_backend="pyccl",
+                         creator=_creator)
+'''
+
+
+def test_torch_backends_entry_point_registers_at_import_torch(tmp_path):
+    """The autoload documented in docs/registration.md: a ``torch.backends`` entry point
+    whose function calls register_accelerator runs inside ``import torch``."""
+    info = tmp_path / "pydev_autoload-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: pydev_autoload\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[torch.backends]\npydev = pydev_autoload:autoload\n")
+    (tmp_path / "pydev_autoload.py").write_text(AUTOLOAD_MODULE)
+    code = ("import torch, torch.distributed as dist\n"
+            "print(torch._C._get_privateuse1_backend_name(), torch.device('pydev:1'),"
+            " dist.Backend.default_device_backend_map['pydev'])")
+    on = run_python(code, path=(str(tmp_path),), env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1"})
+    assert (on.returncode, on.stdout) == (0, "pydev pydev:1 pyccl\n"), on.stderr
+    off = run_python("import torch; print(torch._C._get_privateuse1_backend_name())",
+                     path=(str(tmp_path),), env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert (off.returncode, off.stdout) == (0, "privateuseone\n"), off.stderr

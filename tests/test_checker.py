@@ -236,3 +236,28 @@ def test_finding_rejects_unknown_severity():
 
     with pytest.raises(ValueError, match=r"Finding.severity='fatal': expected one of"):
         Finding("fatal", "x", "p", "b", "f")
+
+
+#: Members torch calls only for another device type (``if self._device.type == "hpu"``).
+HPU_ONLY = {"set_rng_ctx", "unset_rng_ctx"}
+
+
+def test_protocol_covers_what_installed_torch_calls():
+    """Read the installed torch's DeviceMesh, DTensor RNG, fork_rng/manual_seed and
+    torch.accelerator sources: every member they call on the handle is in the protocol."""
+    from pathlib import Path
+
+    import torch
+
+    root = Path(torch.__file__).parent
+    sources = ["distributed/device_mesh.py", "distributed/tensor/_random.py", "random.py",
+               "accelerator/__init__.py"]
+    pattern = re.compile(r"\b(?:device_handle|_device_handle|device_mod|custom_device_mod|mod)"
+                         r"\.([A-Za-z_]\w*)\(")
+    called = {m for src in sources for m in pattern.findall((root / src).read_text())}
+    assert {"is_initialized", "set_device", "get_rng_state", "set_rng_state"} <= called
+    declared = set(members(DeviceHandle)) | set(members(StreamDeviceHandle))
+    assert called - declared - HPU_ONLY == set()
+    seeding = (root / "random.py").read_text()
+    assert '_bad_fork_name = "_is_in_bad_fork"' in seeding
+    assert '_seed_all_name = "manual_seed_all"' in seeding
