@@ -1,6 +1,69 @@
-"""mccl, the mock's collective library (a C++ ``c10d::Backend`` over shared memory)."""
+"""mccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory (issue #5).
+
+The C++ lives in ``backends/mock/csrc/mccl*.{h,cpp}`` (the shared-memory transport, which a
+vendor replaces with their library) and ``core/include/accelkit/c10d/*.h`` (the reusable glue
+between c10d and a transport). It is built on first use as its own extension,
+``accelkit_mock_mccl``, separate from the mock device's extension.
+
+``create_backend`` is the ``extended_api=True`` creator that
+``accelkit.core.register_accelerator("mock", ..., collective_backend="mccl", creator=...)``
+registers for ``devices=["mock"]``. It returns a whole ``ProcessGroup``, mock tensors through
+mccl and CPU tensors through gloo, which c10d accepts from a creator. That makes both
+``init_process_group("mock:mccl,cpu:gloo")`` and ``init_process_group()`` (no backend on a mock
+machine, where torch 2.13 would register mccl for mock tensors only) give a group with CPU
+collectives, and sets the group's default backend, which torch 2.13 leaves unset for a
+``"<device>:<custom>,cpu:gloo"`` string (a warning "No backend of type 0 found" at shutdown;
+see the facts note).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+DEVICE = "mock"
+NAME = "mccl"
+_CSRC = Path(__file__).resolve().parent / "csrc"
+
+
+def extension():
+    """The ``accelkit_mock_mccl`` module, compiled on first use (about a minute)."""
+    import torch.distributed  # noqa: F401  (registers c10d.Backend, the bound base class)
+    from accelkit.core.cpp import load_extension
+
+    return load_extension("accelkit_mock_mccl", [_CSRC / "mccl.cpp"], include_dirs=[str(_CSRC)],
+                          cflags=["-O3"])
+
+
+def segment_prefix() -> str:
+    """Every mccl shared-memory segment is named with this prefix (``/dev/shm/accelkit_mccl_``);
+    each is unlinked as soon as all ranks mapped it, so none should ever be listed."""
+    return "/dev/shm/accelkit_mccl_"
+
+
+def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVICE):
+    """An mccl ``c10d.Backend`` for one process group, connected through ``store``: every rank
+    of the group calls it. Raises ``DistBackendError`` when the ranks are on different hosts or
+    a rank does not connect within ``timeout``."""
+    timeout_ms = max(1, int(timeout.total_seconds() * 1000))
+    return extension().Backend(store, rank, size, timeout_ms, device)
 
 
 def create_backend(dist_backend_opts, backend_options):
-    """The ``extended_api=True`` creator ``torch.distributed.Backend.register_backend`` calls."""
-    raise NotImplementedError("mccl is not built yet, see issue #5")
+    """The ``extended_api=True`` creator ``torch.distributed.Backend.register_backend`` calls:
+    a ``ProcessGroup`` with mccl for mock tensors and gloo for CPU tensors, mccl as default."""
+    import torch
+    from torch.distributed import PrefixStore, ProcessGroup, ProcessGroupGloo
+
+    opts = dist_backend_opts
+    group = ProcessGroup(opts.store, opts.group_rank, opts.group_size)
+    mccl = connect(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    group._register_backend(torch.device(DEVICE), ProcessGroup.BackendType.CUSTOM, mccl)
+    gloo = ProcessGroupGloo(PrefixStore("cpu/", opts.store), opts.group_rank, opts.group_size,
+                            timeout=opts.timeout)
+    gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)
+    gloo.options.group_name = opts.group_id
+    gloo._set_sequence_number_for_group()
+    group._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, gloo)
+    group._set_default_backend(ProcessGroup.BackendType.CUSTOM)
+    return group

@@ -1,0 +1,243 @@
+// mccl: the mock device's collective library, as a Python module (accelkit_mock_mccl).
+//
+// `Backend(store, rank, size, timeout_ms, device)` connects the ranks of one process group
+// through the c10d Store and returns a c10d::Backend (accelkit/c10d/backend.h) running on the
+// shared-memory transport (mccl_shm.h). Connecting (issue #5):
+//   1. every rank publishes its hostname; ranks on different hosts fail with the host names
+//      (mccl is one-host);
+//   2. rank 0 creates /dev/shm/accelkit_mccl_<pid>_<n>_<random>, reserves its memory (so a full
+//      /dev/shm fails here, not later with SIGBUS) and publishes the name; the other ranks map it
+//      and report back; rank 0 then unlinks the name. From then on nothing is left in /dev/shm,
+//      whatever happens to the processes: the memory goes away with the last mapping.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <pybind11/chrono.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/python.h>
+
+#include <accelkit/c10d/backend.h>
+
+#include "mccl_shm.h"
+
+namespace mccl {
+
+constexpr const char* kName = "mccl";
+constexpr const char* kSegmentPrefix = "/accelkit_mccl_";
+
+size_t env_size(const char* name, size_t fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  char* end = nullptr;
+  const unsigned long long parsed = std::strtoull(value, &end, 10);
+  TORCH_CHECK(end != value && *end == '\0' && parsed >= 4096, name, "=", value,
+              " must be a number of bytes >= 4096");
+  return static_cast<size_t>(parsed);
+}
+
+std::string hostname() {
+  char buf[256] = {0};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()}; }
+std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
+
+std::string rank_key(const char* what, int rank) {
+  return std::string("mccl/") + what + "/" + std::to_string(rank);
+}
+
+// Waits for the keys `what`/r, r in ranks; on timeout names the ranks that never set theirs.
+void wait_ranks(const c10::intrusive_ptr<::c10d::Store>& store, const char* what,
+                const std::vector<int>& ranks, int rank, int size,
+                std::chrono::milliseconds timeout) {
+  std::vector<std::string> keys;
+  for (int r : ranks) keys.push_back(rank_key(what, r));
+  try {
+    store->wait(keys, timeout);
+  } catch (const c10::Error&) {
+    std::ostringstream missing;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (!store->check({keys[i]})) missing << (missing.tellp() > 0 ? ", " : "") << ranks[i];
+    }
+    C10_THROW_ERROR(DistBackendError,
+                    "mccl: connecting a group of " + std::to_string(size) + " ranks timed out "
+                    "after " + std::to_string(timeout.count()) + " ms on rank " +
+                    std::to_string(rank) + ": rank(s) " + missing.str() +
+                    " did not connect (a rank did not create the group or crashed)");
+  }
+}
+
+void check_one_host(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                    std::chrono::milliseconds timeout) {
+  store->set(rank_key("host", rank), to_bytes(hostname()));
+  std::vector<int> all(size);
+  for (int r = 0; r < size; ++r) all[r] = r;
+  wait_ranks(store, "host", all, rank, size, timeout);
+  std::vector<std::string> hosts;
+  for (int r = 0; r < size; ++r) hosts.push_back(to_string(store->get(rank_key("host", r))));
+  bool one_host = true;
+  for (const auto& h : hosts) one_host = one_host && h == hosts[0];
+  if (one_host) return;
+  std::ostringstream msg;
+  msg << "mccl connects the ranks of one host through shared memory, but this group spans "
+         "several hosts:";
+  for (int r = 0; r < size; ++r) msg << " rank " << r << " on '" << hosts[r] << "'" << (r + 1 < size ? "," : "");
+  msg << ". Use a multi-host backend (e.g. gloo) for this group.";
+  C10_THROW_ERROR(DistBackendError, msg.str());
+}
+
+// A created-or-opened segment; unlinks (creator) and unmaps on failure paths.
+struct Segment {
+  std::string name;
+  char* base = nullptr;
+  size_t bytes = 0;
+  bool linked = false;
+
+  ~Segment() {
+    if (linked) shm_unlink(name.c_str());
+    if (base != nullptr) munmap(base, bytes);
+  }
+  void unlink() {
+    if (linked) shm_unlink(name.c_str());
+    linked = false;
+  }
+  char* release() {
+    char* b = base;
+    base = nullptr;
+    return b;
+  }
+};
+
+[[noreturn]] void sys_error(const std::string& what, int err) {
+  C10_THROW_ERROR(DistBackendError, "mccl: " + what + ": " + std::strerror(err));
+}
+
+void map(Segment& seg, int fd) {
+  void* p = mmap(nullptr, seg.bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int err = errno;
+  close(fd);
+  if (p == MAP_FAILED) sys_error("mmap of /dev/shm" + seg.name + " failed", err);
+  seg.base = static_cast<char*>(p);
+}
+
+void create(Segment& seg, size_t chunk, size_t p2p_chunk, int size, uint64_t nonce) {
+  static std::atomic<int> counter{0};
+  std::random_device rd;
+  std::ostringstream name;
+  name << kSegmentPrefix << getpid() << "_" << counter++ << "_" << std::hex << rd() << rd();
+  seg.name = name.str();
+  seg.bytes = Layout(size, chunk, p2p_chunk).total;
+  const int fd = shm_open(seg.name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) sys_error("cannot create /dev/shm" + seg.name, errno);
+  seg.linked = true;
+  const int err = posix_fallocate(fd, 0, static_cast<off_t>(seg.bytes));
+  if (err != 0) {
+    close(fd);
+    sys_error("cannot reserve " + std::to_string(seg.bytes >> 20) + " MiB in /dev/shm for a " +
+                  std::to_string(size) + "-rank group (lower ACCELKIT_MCCL_CHUNK_BYTES or "
+                  "enlarge /dev/shm)",
+              err);
+  }
+  map(seg, fd);
+  auto* ctl = reinterpret_cast<Control*>(seg.base);
+  ctl->nonce = nonce;
+  ctl->size = size;
+  ctl->chunk = chunk;
+  ctl->p2p_chunk = p2p_chunk;
+  std::atomic_thread_fence(std::memory_order_release);
+  ctl->magic = kMagic;
+}
+
+void open_existing(Segment& seg, int size, uint64_t nonce) {
+  const int fd = shm_open(seg.name.c_str(), O_RDWR, 0600);
+  if (fd < 0) {
+    sys_error("cannot open /dev/shm" + seg.name + " created by rank 0 (ranks must share one "
+              "host and one /dev/shm)", errno);
+  }
+  struct stat st{};
+  fstat(fd, &st);
+  seg.bytes = static_cast<size_t>(st.st_size);
+  map(seg, fd);
+  const auto* ctl = reinterpret_cast<const Control*>(seg.base);
+  TORCH_CHECK(ctl->magic == kMagic && ctl->nonce == nonce && ctl->size == size &&
+                  Layout(size, ctl->chunk, ctl->p2p_chunk).total == seg.bytes,
+              "mccl: /dev/shm", seg.name, " is not the segment rank 0 created for this group");
+}
+
+void register_rank(Segment& seg, int rank, int size) {
+  const auto* ctl = reinterpret_cast<const Control*>(seg.base);
+  Layout layout(size, ctl->chunk, ctl->p2p_chunk);
+  auto* state = reinterpret_cast<RankState*>(seg.base + layout.ranks) + rank;
+  state->start_time = process_start_time(getpid());
+  state->pid.store(getpid(), std::memory_order_release);
+}
+
+std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
+                                      int size, std::chrono::milliseconds timeout) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mccl: invalid rank ", rank,
+              " for a group of ", size);
+  check_one_host(store, rank, size, timeout);
+  Segment seg;
+  if (rank == 0) {
+    const size_t chunk = env_size("ACCELKIT_MCCL_CHUNK_BYTES", 1 << 20);
+    const size_t p2p_chunk = env_size("ACCELKIT_MCCL_P2P_CHUNK_BYTES", 256 << 10);
+    const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) |
+                           std::random_device{}();
+    create(seg, chunk, p2p_chunk, size, nonce);
+    register_rank(seg, rank, size);
+    store->set("mccl/segment", to_bytes(seg.name + " " + std::to_string(nonce)));
+    std::vector<int> others;
+    for (int r = 1; r < size; ++r) others.push_back(r);
+    if (!others.empty()) wait_ranks(store, "mapped", others, rank, size, timeout);
+    seg.unlink();
+  } else {
+    try {
+      store->wait({"mccl/segment"}, timeout);
+    } catch (const c10::Error&) {
+      C10_THROW_ERROR(DistBackendError,
+                      "mccl: connecting a group of " + std::to_string(size) + " ranks timed out "
+                      "after " + std::to_string(timeout.count()) + " ms on rank " +
+                      std::to_string(rank) + ": rank 0 did not create the group's segment");
+    }
+    std::istringstream published(to_string(store->get("mccl/segment")));
+    uint64_t nonce = 0;
+    published >> seg.name >> nonce;
+    open_existing(seg, size, nonce);
+    register_rank(seg, rank, size);
+    store->set(rank_key("mapped", rank), to_bytes("1"));
+  }
+  const auto* ctl = reinterpret_cast<const Control*>(seg.base);
+  return std::make_unique<ShmTransport>(rank, size, seg.release(), ctl->chunk, ctl->p2p_chunk);
+}
+
+}  // namespace mccl
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  namespace py = pybind11;
+  using accelkit::c10d::TransportBackend;
+  m.doc() = "mccl: the mock device's collective library (shared memory, one host)";
+  m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mccl::kSegmentPrefix;
+  py::class_<TransportBackend, ::c10d::Backend, c10::intrusive_ptr<TransportBackend>>(m, "Backend")
+      .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                       int64_t timeout_ms, const std::string& device) {
+             const std::chrono::milliseconds timeout(timeout_ms);
+             auto transport = mccl::connect(store, rank, size, timeout);
+             return c10::make_intrusive<TransportBackend>(std::move(transport), timeout,
+                                                          c10::Device(device).type(), mccl::kName);
+           }),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
+           py::arg("device"), py::call_guard<py::gil_scoped_release>());
+}

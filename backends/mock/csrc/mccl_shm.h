@@ -1,0 +1,653 @@
+// mccl's transport: the ranks of one host exchange data through one shared-memory segment per
+// process group (issue #5). This is the file a vendor replaces with calls into their
+// collective library; <accelkit/c10d/backend.h> stays.
+//
+// Segment layout (offsets computed from the group size and the chunk size):
+//   Control | RankState[size] | Header[2][size] | send/recv counts[2][2][size][size] |
+//   Mailbox[size][size] | mailbox data[size][size][p2p_chunk] | data[2][size + 1][chunk]
+// Collectives move data in rounds of at most `chunk` bytes per rank: each rank writes its part
+// into its own slot, all ranks meet at a barrier, then each reads what it needs. Rounds
+// alternate between two slot sets, so a rank may fill set k+2 only after every rank passed
+// round k+1's barrier, that is after everybody finished reading set k. The per-call header
+// (kind, dtype, count, op, root, seq) is written before the first barrier and checked by
+// every rank after it: a mismatch raises on all ranks before any data is used.
+// Barriers: each rank publishes an epoch; waiters spin briefly, then sleep on a futex in the
+// segment (a shared "bell" every arrival rings), waking at least every 50 ms to check the
+// deadline, a peer process that died (/proc/<pid>/stat), and a group aborted by another rank.
+#pragma once
+
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <accelkit/c10d/transport.h>
+
+#include "mccl_reduce.h"
+
+namespace mccl {
+
+using accelkit::c10d::CallInfo;
+using accelkit::c10d::Kind;
+using accelkit::c10d::RedOp;
+
+constexpr uint64_t kMagic = 0x4d43434c53484d31ULL;  // "MCCLSHM1"
+
+struct alignas(64) Control {
+  uint64_t magic;
+  uint64_t nonce;
+  int32_t size;
+  int32_t reserved;
+  uint64_t chunk;
+  uint64_t p2p_chunk;
+  alignas(64) std::atomic<uint32_t> bell;
+  std::atomic<uint32_t> sleepers;
+  alignas(64) std::atomic<int32_t> aborted_by;  // 0, or 1 + the rank that aborted the group
+  char reason[1024];
+};
+
+struct alignas(64) RankState {
+  std::atomic<uint64_t> epoch;
+  std::atomic<int32_t> pid;
+  uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid apart
+};
+
+struct alignas(64) Header {
+  uint64_t seq;
+  int64_t count;
+  int32_t kind;
+  int32_t dtype;
+  int32_t op;
+  int32_t root;
+};
+
+struct alignas(64) Mailbox {
+  std::atomic<uint64_t> posted;  // chunks the sender wrote
+  std::atomic<uint64_t> taken;   // chunks the receiver consumed
+  int64_t total_bytes;           // of the message the current chunk belongs to
+  int64_t bytes;                 // in the current chunk
+  int32_t tag;
+  int32_t first;  // 1 when the current chunk starts a message
+};
+
+inline size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+struct Layout {
+  size_t ranks, headers, counts, mailboxes, mailbox_data, data, total;
+  Layout(int size, size_t chunk, size_t p2p_chunk) {
+    const size_t s = static_cast<size_t>(size);
+    ranks = align_up(sizeof(Control), 64);
+    headers = ranks + s * sizeof(RankState);
+    counts = headers + 2 * s * sizeof(Header);
+    mailboxes = align_up(counts + 2 * 2 * s * s * sizeof(int64_t), 64);
+    mailbox_data = align_up(mailboxes + s * s * sizeof(Mailbox), 4096);
+    data = align_up(mailbox_data + s * s * p2p_chunk, 4096);
+    total = data + 2 * (s + 1) * chunk;
+  }
+};
+
+// Start time of `pid` (field 22 of /proc/<pid>/stat), 0 if the process is gone or a zombie.
+inline uint64_t process_start_time(int pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!f || !std::getline(f, stat)) return 0;
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  rest >> field;  // field 3: state
+  if (field == "Z" || field == "X" || field == "x") return 0;
+  for (int i = 4; i <= 22 && rest >> field; ++i) {
+  }
+  return std::stoull(field);
+}
+
+inline void futex_wait(std::atomic<uint32_t>* word, uint32_t expected, int64_t ns) {
+  struct timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+inline void futex_wake_all(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+class ShmTransport : public accelkit::c10d::Transport {
+ public:
+  // `base` maps the group's segment of Layout(size, chunk, p2p_chunk).total bytes (already
+  // unlinked from /dev/shm); the transport unmaps it when destroyed.
+  ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk)
+      : rank_(rank),
+        size_(size),
+        base_(base),
+        chunk_(chunk),
+        p2p_chunk_(p2p_chunk),
+        layout_(size, chunk, p2p_chunk),
+        ctl_(reinterpret_cast<Control*>(base)) {}
+
+  ~ShmTransport() override { munmap(base_, layout_.total); }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void shutdown() override {}
+
+  void barrier(const CallInfo& call) override {
+    begin(call);
+    sync(call);
+    check_headers(call);
+  }
+
+  void broadcast(const CallInfo& call, void* buf) override {
+    begin(call);
+    const size_t es = c10::elementSize(call.dtype);
+    const int64_t per = static_cast<int64_t>(chunk_ / es);
+    char* p = static_cast<char*>(buf);
+    int64_t off = 0;
+    bool first = true;
+    do {
+      const int64_t n = std::min(per, call.count - off);
+      if (rank_ == call.root) std::memcpy(slot(call.root), p + off * es, n * es);
+      sync(call);
+      if (first) check_headers(call), first = false;
+      if (rank_ != call.root) std::memcpy(p + off * es, slot(call.root), n * es);
+      off += n;
+      flip();
+    } while (off < call.count);
+  }
+
+  void allreduce(const CallInfo& call, const void* in, void* out) override {
+    reduce_rounds(call, in, out, /*writes=*/true);
+  }
+
+  void reduce(const CallInfo& call, const void* in, void* out) override {
+    reduce_rounds(call, in, out, rank_ == call.root);
+  }
+
+  void allgather(const CallInfo& call, const void* in, void* out) override {
+    gather_rounds(call, in, out);
+  }
+
+  void gather(const CallInfo& call, const void* in, void* out) override {
+    gather_rounds(call, in, rank_ == call.root ? out : nullptr);
+  }
+
+  void reduce_scatter(const CallInfo& call, const void* in, void* out) override {
+    begin(call);
+    const size_t es = c10::elementSize(call.dtype);
+    const int64_t per = static_cast<int64_t>(chunk_ / (es * size_));
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    std::vector<const void*> parts(size_);
+    int64_t off = 0;
+    bool first = true;
+    do {
+      const int64_t n = std::min(per, call.count - off);
+      char* mine = slot(rank_);
+      for (int d = 0; d < size_; ++d) {
+        std::memcpy(mine + d * n * es, src + (d * call.count + off) * es, n * es);
+      }
+      sync(call);
+      if (first) check_headers(call), first = false;
+      for (int r = 0; r < size_; ++r) parts[r] = slot(r) + rank_ * n * es;
+      mccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
+      off += n;
+      flip();
+    } while (off < call.count);
+  }
+
+  void scatter(const CallInfo& call, const void* in, void* out) override {
+    begin(call);
+    const size_t es = c10::elementSize(call.dtype);
+    const int64_t per = static_cast<int64_t>(chunk_ / (es * size_));
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    int64_t off = 0;
+    bool first = true;
+    do {
+      const int64_t n = std::min(per, call.count - off);
+      if (rank_ == call.root) {
+        for (int d = 0; d < size_; ++d) {
+          std::memcpy(slot(rank_) + d * n * es, src + (d * call.count + off) * es, n * es);
+        }
+      }
+      sync(call);
+      if (first) check_headers(call), first = false;
+      std::memcpy(dst + off * es, slot(call.root) + rank_ * n * es, n * es);
+      off += n;
+      flip();
+    } while (off < call.count);
+  }
+
+  void alltoall(const CallInfo& call, const void* in, const std::vector<int64_t>& send_counts,
+                const std::vector<int64_t>& send_offsets, void* out,
+                const std::vector<int64_t>& recv_counts,
+                const std::vector<int64_t>& recv_offsets) override {
+    begin(call);
+    const int par = static_cast<int>(calls_ & 1);
+    for (int p = 0; p < size_; ++p) {
+      counts(par, 0, rank_)[p] = send_counts[p];
+      counts(par, 1, rank_)[p] = recv_counts[p];
+    }
+    const size_t es = c10::elementSize(call.dtype);
+    const int64_t per = static_cast<int64_t>(chunk_ / (es * size_));
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    int64_t rounds = 1;
+    for (int64_t k = 0; k < rounds; ++k) {
+      const int64_t lo = k * per;
+      for (int d = 0; d < size_; ++d) {
+        const int64_t n = std::clamp<int64_t>(send_counts[d] - lo, 0, per);
+        std::memcpy(slot(rank_) + d * per * es, src + (send_offsets[d] + lo) * es, n * es);
+      }
+      sync(call);
+      if (k == 0) {
+        check_headers(call);
+        rounds = check_alltoall_counts(call, par, per);
+      }
+      for (int r = 0; r < size_; ++r) {
+        const int64_t n = std::clamp<int64_t>(recv_counts[r] - lo, 0, per);
+        std::memcpy(dst + (recv_offsets[r] + lo) * es, slot(r) + rank_ * per * es, n * es);
+      }
+      flip();
+    }
+  }
+
+  void send(const CallInfo& call, const void* buf, int peer, int tag) override {
+    Deadline deadline(call.timeout);
+    Mailbox& box = mailbox(rank_, peer);
+    char* data = mailbox_data(rank_, peer);
+    const int64_t total = call.count * static_cast<int64_t>(c10::elementSize(call.dtype));
+    const char* src = static_cast<const char*>(buf);
+    int64_t off = 0;
+    do {
+      const int64_t n = std::min<int64_t>(p2p_chunk_, total - off);
+      wait_for(call, deadline, [&] { return box.taken.load(std::memory_order_acquire) ==
+                                             box.posted.load(std::memory_order_relaxed); },
+               [&] { return std::vector<int>{peer}; }, "receive (recv) what it sends");
+      std::memcpy(data, src + off, n);
+      box.total_bytes = total;
+      box.bytes = n;
+      box.tag = tag;
+      box.first = off == 0;
+      box.posted.fetch_add(1, std::memory_order_release);
+      ring();
+      off += n;
+    } while (off < total);
+  }
+
+  void recv(const CallInfo& call, void* buf, int peer, int tag) override {
+    Deadline deadline(call.timeout);
+    receive_from(call, deadline, buf, peer, tag);
+  }
+
+  int recv_any(const CallInfo& call, void* buf, int tag) override {
+    Deadline deadline(call.timeout);
+    int from = -1;
+    wait_for(call, deadline, [&] {
+      for (int p = 0; p < size_; ++p) {
+        if (p == rank_) continue;
+        Mailbox& box = mailbox(p, rank_);
+        if (box.posted.load(std::memory_order_acquire) > box.taken.load(std::memory_order_relaxed) &&
+            box.first && box.tag == tag) {
+          from = p;
+          return true;
+        }
+      }
+      return false;
+    }, [&] { return peers(); }, "send");
+    receive_from(call, deadline, buf, from, tag);
+    return from;
+  }
+
+ private:
+  struct Deadline {
+    std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+    std::chrono::milliseconds timeout;
+    explicit Deadline(std::chrono::milliseconds t) : timeout(t) {}
+    bool passed() const { return std::chrono::steady_clock::now() - start > timeout; }
+  };
+
+  char* slot(int r) const {
+    return base_ + layout_.data + (static_cast<size_t>(set_) * (size_ + 1) + r) * chunk_;
+  }
+  char* result() const { return slot(size_); }
+  void flip() { set_ ^= 1; }
+
+  Header& header(int par, int r) const {
+    return reinterpret_cast<Header*>(base_ + layout_.headers)[par * size_ + r];
+  }
+  RankState& state(int r) const {
+    return reinterpret_cast<RankState*>(base_ + layout_.ranks)[r];
+  }
+  // which: 0 = what `r` sends to each peer, 1 = what `r` expects from each peer.
+  int64_t* counts(int par, int which, int r) const {
+    return reinterpret_cast<int64_t*>(base_ + layout_.counts) +
+           ((static_cast<size_t>(par) * 2 + which) * size_ + r) * size_;
+  }
+  Mailbox& mailbox(int from, int to) const {
+    return reinterpret_cast<Mailbox*>(base_ + layout_.mailboxes)[from * size_ + to];
+  }
+  char* mailbox_data(int from, int to) const {
+    return base_ + layout_.mailbox_data + static_cast<size_t>(from * size_ + to) * p2p_chunk_;
+  }
+  std::vector<int> peers() const {
+    std::vector<int> all;
+    for (int r = 0; r < size_; ++r)
+      if (r != rank_) all.push_back(r);
+    return all;
+  }
+
+  void begin(const CallInfo& call) {
+    check_usable(call);
+    deadline_ = std::make_unique<Deadline>(call.timeout);
+    ++calls_;
+    Header& h = header(static_cast<int>(calls_ & 1), rank_);
+    h.seq = call.seq;
+    h.count = call.count;
+    h.kind = static_cast<int32_t>(call.kind);
+    h.dtype = static_cast<int32_t>(call.dtype);
+    h.op = static_cast<int32_t>(call.op);
+    h.root = call.root;
+  }
+
+  // allreduce / reduce. Small rounds: every rank reduces the whole round itself (one barrier).
+  // Large rounds: rank r reduces the r-th part into the shared result slot, a second barrier,
+  // then every rank copies the result out.
+  void reduce_rounds(const CallInfo& call, const void* in, void* out, bool writes) {
+    begin(call);
+    const size_t es = c10::elementSize(call.dtype);
+    const int64_t per = static_cast<int64_t>(chunk_ / es);
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    std::vector<const void*> parts(size_);
+    int64_t off = 0;
+    bool first = true;
+    do {
+      const int64_t n = std::min(per, call.count - off);
+      std::memcpy(slot(rank_), src + off * es, n * es);
+      sync(call);
+      if (first) check_headers(call), first = false;
+      if (static_cast<size_t>(n) * es <= kDirectReduceBytes) {
+        for (int r = 0; r < size_; ++r) parts[r] = slot(r);
+        if (writes) mccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
+      } else {
+        const int64_t part = (n + size_ - 1) / size_;
+        const int64_t lo = std::min(n, rank_ * part);
+        const int64_t hi = std::min(n, lo + part);
+        for (int r = 0; r < size_; ++r) parts[r] = slot(r) + lo * es;
+        mccl::reduce(call.dtype, call.op, result() + lo * es, parts.data(), size_, hi - lo);
+        sync(call);
+        if (writes) std::memcpy(dst + off * es, result(), n * es);
+      }
+      off += n;
+      flip();
+    } while (off < call.count);
+  }
+
+  void gather_rounds(const CallInfo& call, const void* in, void* out) {
+    begin(call);
+    const size_t es = c10::elementSize(call.dtype);
+    const int64_t per = static_cast<int64_t>(chunk_ / es);
+    const char* src = static_cast<const char*>(in);
+    char* dst = static_cast<char*>(out);
+    int64_t off = 0;
+    bool first = true;
+    do {
+      const int64_t n = std::min(per, call.count - off);
+      std::memcpy(slot(rank_), src + off * es, n * es);
+      sync(call);
+      if (first) check_headers(call), first = false;
+      if (dst) {
+        for (int r = 0; r < size_; ++r) {
+          std::memcpy(dst + (r * call.count + off) * es, slot(r), n * es);
+        }
+      }
+      off += n;
+      flip();
+    } while (off < call.count);
+  }
+
+  // The barrier: publish my epoch, ring the bell, wait for every rank's epoch.
+  void sync(const CallInfo& call) {
+    const uint64_t target = ++epoch_;
+    state(rank_).epoch.store(target, std::memory_order_release);
+    ring();
+    wait_for(call, *deadline_, [&] {
+      for (int r = 0; r < size_; ++r)
+        if (state(r).epoch.load(std::memory_order_acquire) < target) return false;
+      return true;
+    }, [&] {
+      std::vector<int> missing;
+      for (int r = 0; r < size_; ++r)
+        if (state(r).epoch.load(std::memory_order_acquire) < target) missing.push_back(r);
+      return missing;
+    }, "join");
+  }
+
+  void ring() {
+    ctl_->bell.fetch_add(1, std::memory_order_seq_cst);
+    if (ctl_->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&ctl_->bell);
+  }
+
+  // Wait until ready(): spin a little, yield a little, then sleep on the bell. Raises on the
+  // deadline, on a dead peer among missing(), and when another rank aborted the group.
+  template <typename Ready, typename Missing>
+  void wait_for(const CallInfo& call, const Deadline& deadline, Ready ready, Missing missing,
+                const char* action) {
+    for (int i = 0; i < kSpins; ++i) {
+      if (ready()) return;
+      cpu_relax();
+    }
+    for (int i = 0; i < kYields; ++i) {
+      if (ready()) return;
+      sched_yield();
+    }
+    auto next_liveness_check = std::chrono::steady_clock::now();
+    for (;;) {
+      ctl_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+      const uint32_t bell = ctl_->bell.load(std::memory_order_seq_cst);
+      if (ready()) {
+        ctl_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+        return;
+      }
+      futex_wait(&ctl_->bell, bell, kSleepNs);
+      ctl_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (ready()) return;
+      check_aborted(call);
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_liveness_check) {
+        next_liveness_check = now + std::chrono::milliseconds(200);
+        check_alive(call, missing());
+      }
+      if (deadline.passed()) {
+        std::vector<int> late = missing();
+        std::ostringstream msg;
+        msg << "mccl: " << describe(call) << " timed out after " << call.timeout.count()
+            << " ms on rank " << rank_ << ": rank" << (late.size() == 1 ? " " : "s ")
+            << join(late) << " did not " << action
+            << " (a rank skipped the call, or is stuck or slow); the group is unusable";
+        fail(msg.str());
+      }
+    }
+  }
+
+  void check_alive(const CallInfo& call, const std::vector<int>& ranks) {
+    for (int r : ranks) {
+      const int pid = state(r).pid.load(std::memory_order_acquire);
+      if (pid == 0) continue;  // not connected yet
+      if (process_start_time(pid) != state(r).start_time) {
+        fail("mccl: " + describe(call) + " failed on rank " + std::to_string(rank_) + ": rank " +
+             std::to_string(r) + " (pid " + std::to_string(pid) +
+             ") exited; the group is unusable");
+      }
+    }
+  }
+
+  void check_aborted(const CallInfo& call) {
+    const int by = ctl_->aborted_by.load(std::memory_order_acquire);
+    if (by == 0) return;
+    std::string why(ctl_->reason, strnlen(ctl_->reason, sizeof(ctl_->reason)));
+    std::string msg = "mccl: " + describe(call) + " aborted on rank " + std::to_string(rank_) +
+                      ": rank " + std::to_string(by - 1) + " aborted the group: " + why;
+    set_broken(msg);
+    C10_THROW_ERROR(DistBackendError, msg);
+  }
+
+  // Marks the group unusable here and for every other rank, then raises.
+  [[noreturn]] void fail(const std::string& msg) {
+    int32_t expected = 0;
+    if (ctl_->aborted_by.compare_exchange_strong(expected, rank_ + 1)) {
+      std::strncpy(ctl_->reason, msg.c_str(), sizeof(ctl_->reason) - 1);
+      ring();
+    }
+    set_broken(msg);
+    C10_THROW_ERROR(DistBackendError, msg);
+  }
+
+  void set_broken(const std::string& msg) {
+    std::lock_guard<std::mutex> lock(broken_mutex_);
+    if (broken_.empty()) broken_ = msg;
+  }
+
+  void check_usable(const CallInfo& call) {
+    std::string broken;
+    {
+      std::lock_guard<std::mutex> lock(broken_mutex_);
+      broken = broken_;
+    }
+    if (!broken.empty()) {
+      C10_THROW_ERROR(DistBackendError, "mccl: " + describe(call) +
+                                            " on a group that failed earlier: " + broken);
+    }
+    check_aborted(call);
+  }
+
+  void check_headers(const CallInfo& call) {
+    const int par = static_cast<int>(calls_ & 1);
+    const Header& mine = header(par, rank_);
+    bool same = true;
+    for (int r = 0; r < size_ && same; ++r) {
+      const Header& h = header(par, r);
+      same = h.seq == mine.seq && h.count == mine.count && h.kind == mine.kind &&
+             h.dtype == mine.dtype && h.op == mine.op && h.root == mine.root;
+    }
+    if (same) return;
+    std::ostringstream msg;
+    msg << "mccl: collective mismatch at seq " << call.seq << " (detected on rank " << rank_
+        << "); every rank must issue the same collectives in the same order:";
+    for (int r = 0; r < size_; ++r) msg << "\n  rank " << r << ": " << describe(header(par, r));
+    C10_THROW_ERROR(DistBackendError, msg.str());
+  }
+
+  // Validates the all-to-all count matrix and returns the number of rounds it needs.
+  int64_t check_alltoall_counts(const CallInfo& call, int par, int64_t per) {
+    int64_t most = 0;
+    for (int i = 0; i < size_; ++i) {
+      for (int j = 0; j < size_; ++j) {
+        const int64_t sent = counts(par, 0, i)[j];
+        const int64_t expected = counts(par, 1, j)[i];
+        if (sent != expected) {
+          std::ostringstream msg;
+          msg << "mccl: " << describe(call) << " split sizes disagree: rank " << i << " sends "
+              << sent << " elements to rank " << j << ", which expects " << expected;
+          C10_THROW_ERROR(DistBackendError, msg.str());
+        }
+        most = std::max(most, sent);
+      }
+    }
+    return std::max<int64_t>(1, (most + per - 1) / std::max<int64_t>(per, 1));
+  }
+
+  void receive_from(const CallInfo& call, const Deadline& deadline, void* buf, int peer,
+                    int tag) {
+    Mailbox& box = mailbox(peer, rank_);
+    const char* data = mailbox_data(peer, rank_);
+    const int64_t total = call.count * static_cast<int64_t>(c10::elementSize(call.dtype));
+    char* dst = static_cast<char*>(buf);
+    int64_t off = 0;
+    do {
+      wait_for(call, deadline, [&] { return box.posted.load(std::memory_order_acquire) >
+                                             box.taken.load(std::memory_order_relaxed); },
+               [&] { return std::vector<int>{peer}; }, "send");
+      if (off == 0 && (!box.first || box.tag != tag || box.total_bytes != total)) {
+        std::ostringstream msg;
+        msg << "mccl: recv on rank " << rank_ << " expected " << total << " bytes with tag "
+            << tag << " from rank " << peer << ", but rank " << peer << " sent "
+            << box.total_bytes << " bytes with tag " << box.tag
+            << " (send and recv must match in size and tag)";
+        C10_THROW_ERROR(DistBackendError, msg.str());
+      }
+      std::memcpy(dst + off, data, box.bytes);
+      off += box.bytes;
+      box.taken.fetch_add(1, std::memory_order_release);
+      ring();
+    } while (off < total);
+  }
+
+  static std::string describe(const CallInfo& call) {
+    std::ostringstream s;
+    s << call.name << " (seq " << call.seq << ")";
+    return s.str();
+  }
+
+  static std::string describe(const Header& h) {
+    std::ostringstream s;
+    s << accelkit::c10d::kind_name(static_cast<Kind>(h.kind)) << " seq " << h.seq << ", "
+      << c10::toString(static_cast<c10::ScalarType>(h.dtype)) << ", " << h.count << " elements";
+    if (h.op >= 0) s << ", op " << accelkit::c10d::redop_name(static_cast<RedOp>(h.op));
+    if (h.root >= 0) s << ", root " << h.root;
+    return s.str();
+  }
+
+  static std::string join(const std::vector<int>& v) {
+    std::ostringstream s;
+    for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+    return s.str();
+  }
+
+  static constexpr size_t kDirectReduceBytes = 32 * 1024;
+  static constexpr int kSpins = 200;
+  static constexpr int kYields = 20;
+  static constexpr int64_t kSleepNs = 50 * 1000 * 1000;
+
+  const int rank_;
+  const int size_;
+  char* const base_;
+  const size_t chunk_;
+  const size_t p2p_chunk_;
+  const Layout layout_;
+  Control* const ctl_;
+  uint64_t epoch_ = 0;  // barriers passed by this rank (the same count on every rank)
+  uint64_t calls_ = 0;  // collectives begun (header parity)
+  int set_ = 0;         // slot set of the current round
+  std::unique_ptr<Deadline> deadline_;  // of the current collective
+  std::mutex broken_mutex_;
+  std::string broken_;  // the first failure; every later call raises it
+};
+
+}  // namespace mccl

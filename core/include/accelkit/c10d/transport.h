@@ -1,0 +1,113 @@
+// accelkit collectives transport interface: the part of a c10d backend a vendor replaces with
+// calls into their collective library (NCCL, HCCL, XCCL, ...). <accelkit/c10d/backend.h> turns
+// c10d's tensor-list API (views, non-contiguous tensors, AVG, PREMUL_SUM, coalescing, Work and
+// futures, per-op timeouts) into these calls on dense buffers, so a transport only moves and
+// reduces bytes. The mock's shared-memory transport is backends/mock/csrc/mccl_shm.h (issue #5).
+//
+// Contract for every collective call:
+//  * All ranks of the group call the same collective with the same CallInfo (seq, kind, dtype,
+//    count, reduce op, root) in the same order. A transport must DETECT a mismatch (different
+//    kind, dtype, count, op or root) and throw on every rank, never corrupt data or hang.
+//  * Buffers are dense and live on the device (host memory for the mock); `in` may equal `out`.
+//  * The call returns when `out` holds the result, or throws c10::DistBackendError naming the
+//    collective, the sequence number and, for timeouts, the ranks that never arrived.
+//  * Calls come from one thread per group, in order. send/recv may come from other threads
+//    (one per peer and direction), concurrently with collectives.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <c10/core/ScalarType.h>
+
+namespace accelkit::c10d {
+
+// What is being done; part of the per-call header every rank checks.
+enum class Kind : uint8_t {
+  kBarrier = 0,
+  kBroadcast,
+  kAllreduce,
+  kReduce,
+  kAllgather,
+  kReduceScatter,
+  kGather,
+  kScatter,
+  kAlltoall,
+  kSend,
+  kRecv,
+};
+
+// The reductions a transport implements. AVG and PREMUL_SUM are built on kSum by the glue.
+// Bitwise ops are valid on integer and bool dtypes only (the glue rejects others).
+enum class RedOp : int8_t { kNone = -1, kSum = 0, kProduct, kMin, kMax, kBand, kBor, kBxor };
+
+inline const char* kind_name(Kind k) {
+  static const char* names[] = {"barrier", "broadcast", "allreduce", "reduce", "allgather",
+                                "reduce_scatter", "gather", "scatter", "alltoall", "send", "recv"};
+  return names[static_cast<int>(k)];
+}
+
+inline const char* redop_name(RedOp op) {
+  static const char* names[] = {"SUM", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR"};
+  return op == RedOp::kNone ? "-" : names[static_cast<int>(op)];
+}
+
+// The per-call header. `count` is in elements of `dtype`:
+//   allreduce/reduce/broadcast: the buffer; allgather/gather: each rank's contribution;
+//   reduce_scatter/scatter: each rank's result; alltoall: unused (per-peer counts instead).
+struct CallInfo {
+  Kind kind = Kind::kBarrier;
+  std::string name;  // the c10d entry point, for messages ("_allgather_base", ...)
+  uint64_t seq = 0;  // 1-based collective sequence number of the group
+  c10::ScalarType dtype = c10::ScalarType::Byte;
+  int64_t count = 0;
+  RedOp op = RedOp::kNone;
+  int root = -1;
+  std::chrono::milliseconds timeout{0};
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // Every rank waits until all ranks arrived. NCCL: an allreduce of one element.
+  virtual void barrier(const CallInfo& call) = 0;
+  // `buf` of `count` elements on every rank gets root's data. NCCL: ncclBroadcast.
+  virtual void broadcast(const CallInfo& call, void* buf) = 0;
+  // out = op over ranks of in, on every rank. NCCL: ncclAllReduce.
+  virtual void allreduce(const CallInfo& call, const void* in, void* out) = 0;
+  // As allreduce, but only root's `out` is written (may be null elsewhere). NCCL: ncclReduce.
+  virtual void reduce(const CallInfo& call, const void* in, void* out) = 0;
+  // out[size * count] = concatenation of every rank's in[count]. NCCL: ncclAllGather.
+  virtual void allgather(const CallInfo& call, const void* in, void* out) = 0;
+  // out[count] = op over ranks of their in[rank * count : (rank + 1) * count].
+  // NCCL: ncclReduceScatter.
+  virtual void reduce_scatter(const CallInfo& call, const void* in, void* out) = 0;
+  // As allgather, only root's `out` is written. NCCL: grouped send/recv.
+  virtual void gather(const CallInfo& call, const void* in, void* out) = 0;
+  // out[count] = root's in[rank * count : (rank + 1) * count]. NCCL: grouped send/recv.
+  virtual void scatter(const CallInfo& call, const void* in, void* out) = 0;
+  // Rank r sends send_counts[p] elements at in + send_offsets[p] to every peer p and receives
+  // recv_counts[p] elements at out + recv_offsets[p] from it (offsets in elements). Every rank
+  // checks that what p sends it equals what it expects. NCCL: grouped ncclSend/ncclRecv.
+  virtual void alltoall(const CallInfo& call, const void* in, const std::vector<int64_t>& send_counts,
+                        const std::vector<int64_t>& send_offsets, void* out,
+                        const std::vector<int64_t>& recv_counts,
+                        const std::vector<int64_t>& recv_offsets) = 0;
+  // Point to point, `call.count` elements; the receiver checks tag and size.
+  // NCCL: ncclSend / ncclRecv.
+  virtual void send(const CallInfo& call, const void* buf, int peer, int tag) = 0;
+  virtual void recv(const CallInfo& call, void* buf, int peer, int tag) = 0;
+  // Receive from whichever peer sends first with `tag`; returns that peer's rank.
+  virtual int recv_any(const CallInfo& call, void* buf, int tag) = 0;
+
+  // Release shared resources. Called once, after the last call returned; idempotent.
+  virtual void shutdown() = 0;
+};
+
+}  // namespace accelkit::c10d
