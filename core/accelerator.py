@@ -89,7 +89,7 @@ def register_accelerator(name: str, device_module: ModuleType | Any, *,
         if previous is not None:
             _check_same(name, previous, device_module, collective_backend, creator, extended_api)
             return _enforce(name, previous.report, strict)
-        _validate_arguments(name, collective_backend, creator)
+        _validate_arguments(name, device_module, collective_backend, creator)
 
         import torch
 
@@ -114,7 +114,8 @@ def register_accelerator(name: str, device_module: ModuleType | Any, *,
         return _enforce(name, report, strict)
 
 
-def _validate_arguments(name: str, collective_backend: str | None, creator: Any) -> None:
+def _validate_arguments(name: str, device_module: Any, collective_backend: str | None,
+                        creator: Any) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise AcceleratorRegistrationError(
             f"accelerator name {name!r} is not valid: use a lowercase Python identifier "
@@ -124,6 +125,10 @@ def _validate_arguments(name: str, collective_backend: str | None, creator: Any)
         raise AcceleratorRegistrationError(
             f"accelerator name {name!r} collides with torch's built-in device type {name!r}; "
             "choose a name of your own (built-in: " + ", ".join(sorted(BUILTIN_DEVICE_TYPES)) + ")")
+    if device_module is None:
+        raise AcceleratorRegistrationError(
+            f"device_module for {name!r} is None: pass the module (or object) that becomes "
+            f"torch.{name}, with the members of accelkit.core.DeviceHandle")
     if (collective_backend is None) != (creator is None):
         raise AcceleratorRegistrationError(
             "collective_backend and creator go together: pass both (the c10d backend name and "

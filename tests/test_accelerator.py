@@ -60,6 +60,14 @@ def test_collective_backend_and_creator_go_together():
     assert str(err.value) == expected
 
 
+def test_device_module_required():
+    with pytest.raises(AcceleratorRegistrationError) as err:
+        register_accelerator("pydev", None)
+    assert str(err.value) == ("device_module for 'pydev' is None: pass the module (or object) "
+                              "that becomes torch.pydev, with the members of "
+                              "accelkit.core.DeviceHandle")
+
+
 def test_creator_must_be_callable():
     with pytest.raises(AcceleratorRegistrationError,
                        match=r"^creator 'nope' is not callable: pass the function"):

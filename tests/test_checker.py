@@ -47,8 +47,10 @@ except Exception as exc:
 mod.get_rng_state = lambda device=None: torch.zeros(5056, dtype=torch.uint8)
 mod.set_rng_state = lambda new_state, device=None: None
 """, ""),
-    "no_round_trip_and_seed_offset": ("""
+    "sticky_state_device_and_seed_offset": ("""
 mod.set_rng_state = lambda new_state, device=None: None
+mod.set_device = lambda device: None
+mod.is_initialized = lambda: False
 seed_all = mod.manual_seed_all
 def manual_seed(seed):
     seed_all(seed)
@@ -65,10 +67,6 @@ mod.get_rng_state = lambda device=None: get(only_int(device))
 mod.set_rng_state = lambda new_state, device=None: put(new_state, only_int(device))
 """, ""),
     "no_devices": ("mod.device_count = lambda: 0", ""),
-    "sticky_device_never_initialized": ("""
-mod.set_device = lambda device: None
-mod.is_initialized = lambda: False
-""", ""),
 }
 
 
@@ -159,7 +157,7 @@ def test_mt19937_sized_state_breaks_the_tracker(results):
 
 
 def test_state_that_does_not_round_trip_and_a_seed_that_keeps_an_offset(results):
-    r = json_result(results["no_round_trip_and_seed_offset"])
+    r = json_result(results["sticky_state_device_and_seed_offset"])
     trips = [f for f in _findings(r) if f["member"] == "set_rng_state"]
     assert [re.sub(r" then get_rng_state.*", "", f["problem"]) for f in trips] == [
         "set_rng_state(state)", "set_rng_state(state, 0)", "set_rng_state(state, 'pydev:0')",
@@ -202,7 +200,7 @@ def test_zero_devices_is_an_error_and_stops_the_device_probes(results):
 
 
 def test_set_device_without_effect_and_is_initialized_never_true(results):
-    r = json_result(results["sticky_device_never_initialized"])
+    r = json_result(results["sticky_state_device_and_seed_offset"])
     f = _one(r, "set_device", r"^after set_device\(1\) current_device\(\) is 0$")
     assert f["severity"] == "error" and "ranks share one device" in f["breaks"]
     f = _one(r, "is_initialized",
