@@ -1,4 +1,37 @@
 """The ``mock`` accelerator: importing this package registers ``torch.mock`` under
-PrivateUse1 and the ``mccl`` collective library. See issue #4 / #5."""
+PrivateUse1 and the ``mccl`` collective library (issue #4, issue #5).
 
-raise NotImplementedError("the mock device is not built yet, see issue #4")
+The device is the accelkit C++ layer (``core/include/accelkit``) over a host-memory runtime
+(``csrc/mock_runtime.h``), built on first import by :func:`accelkit.core.load_extension`.
+Configuration: ``ACCELKIT_MOCK_DEVICES`` (default 8), ``ACCELKIT_MOCK_MEMORY`` (capacity per
+device, default ``8GiB``), ``ACCELKIT_MOCK_HOST_ACCESSIBLE=0`` (use the copying paths a
+discrete device takes). Importing claims PrivateUse1 for the process: a process that already
+registered another PrivateUse1 device gets an error naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accelkit.core import load_extension, register_accelerator
+from accelkit.core.device_module import build_device_module
+
+#: The device type (``torch.device("mock:0")``) and the module name (``torch.mock``).
+DEVICE_NAME = "mock"
+#: The collective library registered for the device.
+COLLECTIVE_BACKEND = "mccl"
+
+_CSRC = Path(__file__).resolve().parent / "csrc"
+
+_C = load_extension(f"accelkit_{DEVICE_NAME}_C", [_CSRC / f"{DEVICE_NAME}_device.cpp"],
+                    include_dirs=[str(_CSRC)], cflags=["-O3", "-std=c++20"])
+if _C.config_error():
+    raise ValueError(_C.config_error())
+
+#: The module registered as ``torch.mock``.
+device_module = build_device_module(DEVICE_NAME, _C)
+
+from accelkit.backends.mock import mccl  # noqa: E402  (after the device: mccl builds on it)
+
+register_accelerator(DEVICE_NAME, device_module, collective_backend=COLLECTIVE_BACKEND,
+                     creator=mccl.create_backend, extended_api=True)

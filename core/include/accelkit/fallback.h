@@ -1,0 +1,288 @@
+// The boxed fallback: every aten op without a native kernel for the device (issue #4).
+//
+// 1. Device check, as CUDA: all device tensors on one device index; CPU tensors only as 0-dim
+//    scalars (or as indices where CUDA accepts CPU indices). Message as CUDA's:
+//    "Expected all tensors to be on the same device, but found at least two devices, ...".
+// 2. Randomness: a `Generator?` argument (given or None) is replaced by a CPU generator seeded
+//    from the device generator's (seed, offset), whose offset then advances by
+//    ceil4(numel of the outputs): deterministic in (seed, offset), never touching torch's
+//    CPU default generator (the facts note: a plain cpu_fallback draws from it).
+// 3. Host-accessible runtimes (zero copy): device tensors are passed to the CPU kernel as CPU
+//    tensors over the same memory (host_view); in-place and out= arguments are written in
+//    place (an out= argument the kernel resizes is moved back onto the device tensor); fresh
+//    outputs are adopted as device tensors without a copy, views of inputs become views of
+//    the device inputs, and a returned argument is the argument itself.
+//    Other runtimes: at::native::cpu_fallback, which copies every argument to the host and
+//    the results back (correct for any memory, slower).
+#pragma once
+
+#include <accelkit/generator.h>
+#include <accelkit/host_tensor.h>
+#include <accelkit/philox.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/native/CPUFallback.h>
+#include <torch/library.h>
+
+#include <string_view>
+#include <vector>
+
+namespace accelkit {
+namespace fallback_detail {
+
+// Ops CUDA runs with CPU index tensors beside device tensors.
+inline bool accepts_cpu_indices(const c10::OperatorName& name) {
+  const std::string_view n = name.name;
+  return n == "aten::index" || n == "aten::index_put_" || n == "aten::_index_put_impl_" ||
+         n == "aten::index_put";
+}
+
+template <typename F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) f(e.toTensor());
+    }
+  }
+}
+
+// Returns the device index the op runs on (-1 if no device tensor) after checking devices.
+inline int check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                         size_t first, size_t count) {
+  int index = -1;
+  const at::Tensor* cpu_tensor = nullptr;
+  const bool cpu_ok = accepts_cpu_indices(op.operator_name());
+  for (size_t i = first; i < first + count; ++i) {
+    for_each_tensor(stack[i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (t.device().type() == kDeviceType) {
+        const int idx = t.device().index();
+        if (index == -1) {
+          index = idx;
+        } else if (idx != index) {
+          TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                      "two devices, ", device_name(), ":", index, " and ", device_name(), ":",
+                      idx, "! (in ", op.operator_name(), ")");
+        }
+      } else if (t.device().is_cpu() && t.dim() > 0 && cpu_tensor == nullptr) {
+        cpu_tensor = &t;
+      }
+    });
+  }
+  TORCH_CHECK(index == -1 || cpu_tensor == nullptr || cpu_ok,
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              device_name(), ":", index, " and cpu! (in ", op.operator_name(),
+              "; only 0-dim CPU tensors may be mixed with ", device_name(), " tensors)");
+  return index;
+}
+
+struct Wrapped {
+  at::Tensor device;     // the caller's device tensor
+  at::Tensor host;       // the CPU view handed to the kernel
+  c10::StorageImpl* host_storage;
+  const void* host_data;
+  bool mutable_arg;
+};
+
+inline at::Tensor wrap(const at::Tensor& t, bool is_mutable, std::vector<Wrapped>& wrapped,
+                       std::vector<c10::StorageImpl*>& cpu_args) {
+  if (!is_device(t)) {
+    if (t.defined() && t.has_storage()) cpu_args.push_back(t.storage().unsafeGetStorageImpl());
+    return t;
+  }
+  at::Tensor host = host_view(t, is_mutable);
+  wrapped.push_back({t, host, host.storage().unsafeGetStorageImpl(),
+                     host.storage().data(), is_mutable});
+  return host;
+}
+
+// After the kernel: a mutable argument whose CPU view was resized, reallocated or re-pointed
+// gets the new metadata (and the new memory, adopted) on the device tensor.
+inline void sync_mutable(const Wrapped& w) {
+  if (!w.mutable_arg) return;
+  const at::Tensor& h = w.host;
+  c10::TensorImpl* dev = w.device.unsafeGetTensorImpl();
+  const int device = w.device.device().index();
+  c10::StorageImpl* hs = h.storage().unsafeGetStorageImpl();
+  if (hs != w.host_storage) {
+    dev->set_storage_keep_dtype(adopt_storage(h.storage(), device));
+  } else if (hs->data() != w.host_data) {
+    c10::Storage adopted = adopt_storage(h.storage(), device);
+    c10::StorageImpl* ds = w.device.storage().unsafeGetStorageImpl();
+    ds->set_data_ptr_noswap(std::move(adopted.unsafeGetStorageImpl()->mutable_data_ptr()));
+    ds->set_nbytes(adopted.nbytes());
+  }
+  if (h.sizes() != w.device.sizes() || h.strides() != w.device.strides() ||
+      h.storage_offset() != w.device.storage_offset()) {
+    dev->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
+  }
+}
+
+struct Adopted {
+  c10::StorageImpl* cpu;
+  c10::Storage device;
+};
+
+inline at::Tensor to_device(const at::Tensor& out, int device, const std::vector<Wrapped>& wrapped,
+                            std::vector<Adopted>& adopted,
+                            const std::vector<c10::StorageImpl*>& cpu_args) {
+  if (!out.defined() || !out.device().is_cpu()) return out;
+  c10::TensorImpl* impl = out.unsafeGetTensorImpl();
+  c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
+  for (const Wrapped& w : wrapped) {
+    if (w.host.unsafeGetTensorImpl() == impl) return w.device;  // a returned argument
+  }
+  for (const Wrapped& w : wrapped) {
+    if (w.host.storage().unsafeGetStorageImpl() == storage) {  // a view of an argument
+      return device_tensor(w.device.storage(), out);
+    }
+  }
+  for (const Adopted& a : adopted) {
+    if (a.cpu == storage) return device_tensor(a.device, out);  // shares a fresh output
+  }
+  for (c10::StorageImpl* cpu_arg : cpu_args) {
+    if (cpu_arg == storage) {  // a CPU argument passed through: copy, never alias it
+      return to_device(out.clone(), device, wrapped, adopted, {});
+    }
+  }
+  adopted.push_back({storage, adopt_storage(out.storage(), device)});
+  return device_tensor(adopted.back().device, out);
+}
+
+// Replace `Generator?` arguments by a CPU generator derived from the device generator.
+struct GeneratorSwap {
+  PhiloxGenerator* device_gen = nullptr;
+};
+
+inline void swap_generators(const c10::FunctionSchema& schema, torch::jit::Stack& stack,
+                            size_t first, int device, GeneratorSwap& swap) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& type = args[i].type();
+    const bool is_gen = type->kind() == c10::TypeKind::GeneratorType ||
+                        (type->kind() == c10::TypeKind::OptionalType &&
+                         type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+                             c10::TypeKind::GeneratorType);
+    if (!is_gen) continue;
+    c10::IValue& v = stack[first + i];
+    std::optional<at::Generator> given;
+    if (v.isGenerator()) given = v.toGenerator();
+    PhiloxGenerator* gen = generator_for(given, device < 0 ? current_device() : device);
+    uint64_t seed = 0;
+    {
+      std::lock_guard<std::mutex> lock(gen->mutex_);
+      alignas(16) uint32_t words[4];
+      philox::blocks(philox::stream_key(gen->current_seed(), 3), gen->get_offset(), 1, words);
+      seed = (static_cast<uint64_t>(words[0]) << 32) | words[1];
+    }
+    v = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(seed));
+    swap.device_gen = gen;
+  }
+}
+
+inline void advance(GeneratorSwap& swap, const torch::jit::Stack& stack, size_t first,
+                    size_t count) {
+  if (swap.device_gen == nullptr) return;
+  uint64_t numel = 0;
+  for (size_t i = first; i < first + count; ++i) {
+    for_each_tensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined()) numel += static_cast<uint64_t>(t.numel());
+    });
+  }
+  std::lock_guard<std::mutex> lock(swap.device_gen->mutex_);
+  swap.device_gen->reserve(numel == 0 ? 1 : numel);
+}
+
+}  // namespace fallback_detail
+
+inline void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  using namespace fallback_detail;
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t nargs = args.size();
+  const size_t first = stack->size() - nargs;
+  int device = check_devices(op, *stack, first, nargs);
+
+  // Device arguments (factories): run on the CPU, remember the index.
+  bool factory = false;
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (v.isDevice() && v.toDevice().type() == kDeviceType) {
+      if (device == -1) device = resolve_index(v.toDevice().index());
+      v = c10::IValue(c10::Device(c10::DeviceType::CPU));
+      factory = true;
+    }
+  }
+  if (device == -1) device = current_device();
+  GeneratorSwap swap;
+  swap_generators(schema, *stack, first, device, swap);
+
+  if (!runtime().host_accessible()) {
+    at::native::cpu_fallback(op, stack);
+    const size_t nret = schema.returns().size();
+    if (factory) {  // cpu_fallback moves results to the device of a tensor argument only
+      const c10::Device target(kDeviceType, static_cast<c10::DeviceIndex>(device));
+      for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
+        c10::IValue& v = (*stack)[i];
+        if (v.isTensor() && v.toTensor().defined()) v = c10::IValue(v.toTensor().to(target));
+      }
+    }
+    advance(swap, *stack, stack->size() - nret, nret);
+    return;
+  }
+
+  std::vector<Wrapped> wrapped;
+  std::vector<c10::StorageImpl*> cpu_args;
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    const bool is_mutable = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+    if (v.isTensor()) {
+      v = c10::IValue(wrap(v.toTensor(), is_mutable, wrapped, cpu_args));
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> hosts;
+      hosts.reserve(list.size());
+      for (const at::Tensor& t : list) hosts.push_back(wrap(t, is_mutable, wrapped, cpu_args));
+      v = c10::IValue(std::move(hosts));
+    } else if (v.isList() && args[i].type()->isSubtypeOf(
+                                 *c10::ListType::create(c10::OptionalType::ofTensor()))) {
+      c10::List<std::optional<at::Tensor>> hosts;
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) {
+          hosts.push_back(wrap(e.toTensor(), is_mutable, wrapped, cpu_args));
+        } else {
+          hosts.push_back(std::nullopt);
+        }
+      }
+      v = c10::IValue(std::move(hosts));
+    }
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  for (const Wrapped& w : wrapped) sync_mutable(w);
+  const size_t nret = schema.returns().size();
+  const size_t rfirst = stack->size() - nret;
+  std::vector<Adopted> adopted;
+  for (size_t i = rfirst; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = c10::IValue(to_device(v.toTensor(), device, wrapped, adopted, cpu_args));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> outs;
+      for (const at::Tensor& t : v.toTensorList()) {
+        outs.push_back(to_device(t, device, wrapped, adopted, cpu_args));
+      }
+      v = c10::IValue(std::move(outs));
+    }
+  }
+  advance(swap, *stack, rfirst, nret);
+}
+
+}  // namespace accelkit

@@ -1,0 +1,88 @@
+// Moving between device tensors and CPU tensors without copying, for devices whose memory is
+// host memory (Runtime::host_accessible): a device tensor seen as a CPU tensor over the same
+// bytes (host_view), and a CPU kernel's output storage taken over by a device tensor
+// (adopt). Also storage resizing, shared by resize_, set_ and the hooks (issue #4).
+#pragma once
+
+#include <accelkit/allocator.h>
+
+#include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/util/Exception.h>
+
+namespace accelkit {
+
+inline bool is_device(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kDeviceType;
+}
+
+inline c10::intrusive_ptr<c10::TensorImpl> make_impl(c10::Storage storage,
+                                                     c10::DispatchKey key,
+                                                     const at::Tensor& like_meta,
+                                                     c10::IntArrayRef sizes,
+                                                     c10::IntArrayRef strides, int64_t offset) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key),
+                                                   like_meta.dtype());
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  if (like_meta.is_conj()) impl->_set_conj(true);
+  if (like_meta.is_neg()) impl->_set_neg(true);
+  return impl;
+}
+
+// A CPU tensor over the bytes of device tensor `t` (same sizes, strides, storage offset).
+// Its storage does not own the memory. With `resizable`, a CPU kernel may grow it (then it
+// reallocates from the CPU allocator; sync_resized() moves the result back onto `t`).
+inline at::Tensor host_view(const at::Tensor& t, bool resizable = false) {
+  const c10::Storage& storage = t.storage();
+  c10::DataPtr ptr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU));
+  auto cpu_storage = c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), storage.nbytes(), std::move(ptr),
+      resizable ? c10::GetCPUAllocator() : nullptr, resizable);
+  return at::Tensor(make_impl(c10::Storage(std::move(cpu_storage)), c10::DispatchKey::CPU, t,
+                              t.sizes(), t.strides(), t.storage_offset()));
+}
+
+// A device storage owning the bytes of CPU storage `cpu` (kept alive through the DataPtr's
+// context), counted in the allocator stats of `device`. No copy.
+inline c10::Storage adopt_storage(const c10::Storage& cpu, int device) {
+  auto owner = c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(cpu.unsafeGetStorageImpl());
+  const size_t nbytes = owner->nbytes();
+  auto data = DeviceAllocator::get().adopt(std::move(owner), device);
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), nbytes, std::move(data), &DeviceAllocator::get(),
+      /*resizable=*/true));
+}
+
+// A device tensor with the metadata of `cpu_like` over device storage `storage`.
+inline at::Tensor device_tensor(c10::Storage storage, const at::Tensor& cpu_like) {
+  return at::Tensor(make_impl(std::move(storage), c10::DispatchKey::PrivateUse1, cpu_like,
+                              cpu_like.sizes(), cpu_like.strides(), cpu_like.storage_offset()));
+}
+
+// Grow or shrink a device storage to `nbytes`, keeping min(old, new) bytes (storage resize,
+// resize_, set_). Raises the allocator's OutOfMemoryError if over capacity.
+inline void resize_bytes(c10::StorageImpl* storage, size_t nbytes) {
+  TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
+  const int device = storage->device().has_index() ? storage->device().index()
+                                                   : current_device();
+  const int saved = current_device();
+  thread_current_device() = device;
+  c10::DataPtr fresh;
+  try {
+    fresh = DeviceAllocator::get().allocate(nbytes);
+  } catch (...) {
+    thread_current_device() = saved;
+    throw;
+  }
+  thread_current_device() = saved;
+  const size_t keep = std::min(nbytes, storage->nbytes());
+  if (keep > 0 && storage->data() != nullptr) {
+    runtime().copy(fresh.get(), device, storage->data(), device, keep);
+  }
+  storage->set_data_ptr_noswap(std::move(fresh));
+  storage->set_nbytes(nbytes);
+}
+
+}  // namespace accelkit

@@ -1,0 +1,76 @@
+// accelkit runtime interface: the part of a PrivateUse1 device a vendor replaces with calls
+// into their driver. Everything else in <accelkit/*.h> (allocator, guard, streams, generator,
+// hooks, kernels, fallback) is written against this interface and knows no device name: the
+// name comes from torch.utils.rename_privateuse1_backend (c10::get_privateuse1_backend()).
+//
+// A backend defines exactly one `accelkit::Runtime& accelkit::runtime()` in the translation
+// unit that includes <accelkit/device.h>. See backends/mock/csrc/mock_runtime.h for the
+// host-memory reference implementation (issue #4).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace accelkit {
+
+// A device index, or kHost for host (CPU) memory in Runtime::copy.
+constexpr int kHost = -1;
+
+class Runtime {
+ public:
+  virtual ~Runtime() = default;
+
+  // Number of devices; must not throw (report 0 if the driver is unusable).
+  // CUDA: cudaGetDeviceCount. Ascend: aclrtGetDeviceCount.
+  virtual int device_count() noexcept = 0;
+
+  // Make `device` current for the calling thread's driver calls (the layer keeps the
+  // per-thread index itself and calls this when it changes).
+  // CUDA: cudaSetDevice. Ascend: aclrtSetDevice.
+  virtual void set_device(int device) = 0;
+
+  // Bytes of memory on `device` the allocator may hand out (its capacity).
+  // CUDA: cudaMemGetInfo (total). Ascend: aclrtGetMemInfo.
+  virtual size_t capacity(int device) = 0;
+
+  // Allocate `nbytes` (> 0) on `device`; nullptr when the driver is out of memory (the layer
+  // then raises torch.OutOfMemoryError). CUDA: cudaMalloc. Ascend: aclrtMalloc.
+  virtual void* allocate(int device, size_t nbytes) = 0;
+
+  // Free memory returned by allocate. CUDA: cudaFree. Ascend: aclrtFree.
+  virtual void release(int device, void* ptr) noexcept = 0;
+
+  // The device whose memory holds `ptr` (anywhere inside an allocation), or -1.
+  // CUDA: cudaPointerGetAttributes. Ascend: aclrtPointerGetAttributes.
+  virtual int device_of(const void* ptr) = 0;
+
+  // Page-locked host memory for pin_memory(). CUDA: cudaHostAlloc / cudaFreeHost.
+  virtual void* allocate_pinned(size_t nbytes) = 0;
+  virtual void release_pinned(void* ptr) noexcept = 0;
+
+  // Copy `nbytes` between host and device memory or between two devices; a device of kHost
+  // means host memory. Synchronous. CUDA: cudaMemcpy / cudaMemcpyPeer.
+  // Ascend: aclrtMemcpy.
+  virtual void copy(void* dst, int dst_device, const void* src, int src_device,
+                    size_t nbytes) = 0;
+
+  // Wait until all work queued on `device` is done. CUDA: cudaDeviceSynchronize.
+  // Ascend: aclrtSynchronizeDevice.
+  virtual void synchronize(int device) = 0;
+
+  // True when device memory is ordinary host memory the CPU can read and write (the mock,
+  // unified-memory parts). The layer then runs ops without a native kernel as CPU kernels
+  // directly on device memory (zero copy); otherwise it copies through host memory
+  // (at::native::cpu_fallback) and generates random numbers on the host, then copies them.
+  virtual bool host_accessible() const noexcept = 0;
+
+  // A sentence appended to out-of-memory and invalid-device errors saying how to change
+  // the capacity or the device count (e.g. an environment variable); may be empty.
+  virtual std::string capacity_hint() const { return ""; }
+  virtual std::string device_count_hint() const { return ""; }
+};
+
+// Defined once by the backend (e.g. backends/mock/csrc/mock_device.cpp).
+Runtime& runtime();
+
+}  // namespace accelkit
