@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     if args.report_dir:
         for path in reports.write(report, args.report_dir):
             print(f"wrote {path}")
-    if report.failed():
+    if not report.ok():
         return 1
     if report.unavailable and args.require_available:
         return 3

@@ -6,7 +6,8 @@
 collective backend, process-group backend string, capabilities, origin), ``device`` (as rank 0
 saw it), ``torch``, ``python``, ``host``, ``started``, ``duration_s``, ``world_sizes``,
 ``options`` (timeout, strict, extra modules, memory limit), ``expectations`` (file used),
-``unavailable`` (reason or null), ``summary`` (counts per outcome + total), ``areas`` (counts and
+``unavailable`` (reason or null), ``aborted``
+(torchrun mode: why the run stopped early, or null), ``mode`` (``pool`` or ``torchrun``), ``summary`` (counts per outcome + total), ``areas`` (counts and
 time per area), ``pool_starts`` (world size, seconds, why) and ``checks``: id, area, world_size,
 requires, doc, outcome, actual (the outcome an expectation replaced), reason, duration_s,
 pool_start_s, expectation, ranks (rank, status, message, traceback, duration_s, peak_host_mb, peak_device_mb,
@@ -73,6 +74,8 @@ def to_json(report: RunReport) -> dict:
                     "memory_limit_mb": report.options.memory_limit_mb},
         "expectations": report.options.expectations_path,
         "unavailable": report.unavailable,
+        "aborted": report.aborted,
+        "mode": report.mode,
         "summary": report.counts(),
         "areas": areas,
         "pool_starts": report.pool_starts,
@@ -133,7 +136,9 @@ def to_markdown(report: RunReport) -> str:
              f"| run | {report.started}, {report.duration_s:.1f} s |", ""]
     if report.unavailable:
         lines += [f"**Unavailable here:** {report.unavailable}", ""]
-    verdict = "❌ not conformant" if report.failed() else (
+    if report.aborted:
+        lines += [f"**Run aborted:** {report.aborted}", ""]
+    verdict = "❌ not conformant" if not report.ok() else (
         "— not run" if report.unavailable else "✅ conformant (every check passed, was skipped "
         "for a stated reason, or is a documented known failure)")
     lines += [f"**Result: {verdict}** — " + ", ".join(

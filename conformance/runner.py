@@ -63,6 +63,8 @@ class RunReport:
     duration_s: float = 0.0
     pool_starts: list[dict] = field(default_factory=list)
     unavailable: str | None = None
+    aborted: str | None = None  # torchrun mode: why the run stopped early
+    mode: str = "pool"          # "pool" (accelkit conformance) or "torchrun"
     host: str = field(default_factory=platform.node)
 
     @property
@@ -86,6 +88,10 @@ class RunReport:
         """The results that make the run fail (and the exit code non-zero)."""
         bad = set(FAILING) | ({Outcome.XPASS} if self.options.strict else set())
         return [r for r in self.results if r.outcome in bad]
+
+    def ok(self) -> bool:
+        """Whether the run passes (exit code 0)."""
+        return not self.failed() and self.aborted is None
 
 
 class Runner:
@@ -155,6 +161,7 @@ class Runner:
 
     # -- checks -----------------------------------------------------------------------------
     def _not_run(self, check: CheckDef) -> tuple[Outcome, str] | None:
+        """Why ``check`` does not run (outcome and reason), or None when it runs."""
         if self.report.unavailable is not None:
             return Outcome.UNAVAILABLE, f"backend {self.spec.name!r} cannot run here: " \
                                         f"{self.report.unavailable}"
@@ -164,22 +171,31 @@ class Runner:
         missing = self.spec.capabilities.missing(check.requires, self.spec.device_type)
         if missing:
             return Outcome.SKIP, missing
-        most = self.spec.capabilities.max_world_size
-        if most is not None and check.world_size > most:
-            return Outcome.SKIP, f"{check.world_size} devices needed, {most} present"
-        ok, reason = self._probe(check.world_size)
-        if not ok:
-            return Outcome.SKIP, reason
+        too_big = self._world_size_problem(check.world_size)
+        if too_big:
+            return Outcome.SKIP, too_big
         if check.world_size in self._start_errors:
             return Outcome.ERROR, (f"worker pool of {check.world_size} ranks failed to start: "
                                    f"{self._start_errors[check.world_size]}")
         return None
 
+    def _world_size_problem(self, world_size: int) -> str | None:
+        """Why this host cannot run ``world_size`` ranks of the backend, or None."""
+        most = self.spec.capabilities.max_world_size
+        if most is not None and world_size > most:
+            return f"{world_size} devices needed, {most} present"
+        ok, reason = self._probe(world_size)
+        return None if ok else reason
+
     def run_check(self, check: CheckDef) -> CheckResult:
         """Run one check (or decide it cannot run) and record the result."""
         started = time.perf_counter()
         starts = len(self.report.pool_starts)
-        result = self._run_check(check)
+        decided = self._decide(check)
+        if decided is not None:
+            result = CheckResult(check.id, check.world_size, decided[0], decided[1])
+        else:
+            result = self._execute(check)
         result.pool_start_s = round(sum(s["seconds"] for s in self.report.pool_starts[starts:]), 3)
         result.duration_s = round(time.perf_counter() - started - result.pool_start_s, 4)
         self._apply_expectation(result)
@@ -188,17 +204,21 @@ class Runner:
             self.progress(result)
         return result
 
-    def _run_check(self, check: CheckDef) -> CheckResult:
-        decided = self._not_run(check)
-        if decided is not None:
-            return CheckResult(check.id, check.world_size, decided[0], decided[1])
+    def budget(self, check: CheckDef) -> float:
+        """Seconds ``check`` may take: its own ``timeout=`` if set, else ``--timeout``."""
+        return check.timeout if check.timeout is not None else self.options.timeout_s
+
+    def _decide(self, check: CheckDef) -> tuple[Outcome, str] | None:
+        return self._not_run(check)
+
+    def _execute(self, check: CheckDef) -> CheckResult:
+        """Run ``check`` on the pool of its world size and merge the ranks' results."""
         try:
             pool = self._pool_for(check.world_size)
         except PoolStartError as exc:
             return CheckResult(check.id, check.world_size, Outcome.ERROR,
                                f"worker pool of {check.world_size} ranks failed to start: {exc}")
-        timeout = check.timeout if check.timeout is not None else self.options.timeout_s
-        ranks, torn_down = pool.run(check.id, timeout)
+        ranks, torn_down = pool.run(check.id, self.budget(check))
         outcome, reason = merge(ranks)
         if torn_down:
             self._pending_rebuild = f"after {torn_down} in {check.id}"

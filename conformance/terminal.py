@@ -68,10 +68,12 @@ def summary(report: RunReport) -> str:
             lines.append(f"  {r.outcome.label:<11} {r.id}: {r.first_line}")
     failed = report.failed()
     lines.append("")
+    if report.aborted:
+        lines.append(f"ABORTED: {report.aborted}")
     if failed:
         lines.append(f"FAILED: {len(failed)} check(s) did not pass")
     elif report.unavailable:
         lines.append("NOT RUN: backend unavailable (exit 0; --require-available makes it exit 3)")
-    else:
+    elif not report.aborted:
         lines.append("OK")
     return "\n".join(lines)

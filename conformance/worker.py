@@ -44,7 +44,7 @@ def _limit_memory(limit_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _device_info(spec) -> dict:
+def device_info(spec) -> dict:
     import platform
 
     import torch
@@ -101,7 +101,7 @@ def _start(conn: Connection, config: dict):
     import torch.distributed.tensor._random  # noqa: F401
 
     _limit_memory(config.get("memory_limit_mb"))
-    return spec, checks, local_rank, _device_info(spec)
+    return spec, checks, local_rank, device_info(spec)
 
 
 def serve(conn: Connection, config: dict) -> None:
