@@ -35,8 +35,11 @@ _MARK = {Outcome.PASS: "✅ pass", Outcome.FAIL: "❌ FAIL", Outcome.ERROR: "❌
 
 
 def _doc_line(check_id: str) -> str:
+    """The first paragraph of the check's docstring, on one line."""
     check = CHECKS.get(check_id)
-    return check.doc.strip().splitlines()[0] if check and check.doc.strip() else ""
+    if check is None or not check.doc.strip():
+        return ""
+    return " ".join(check.doc.strip().split("\n\n")[0].split())
 
 
 def to_json(report: RunReport) -> dict:

@@ -61,6 +61,10 @@ def summary(report: RunReport) -> str:
         lines += [f"UNAVAILABLE: backend {spec.name!r} cannot run here: {report.unavailable}", ""]
     lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
     lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
+    if report.pool_starts:
+        starts = ", ".join(f"{s['world_size']} ranks {s['seconds']:.1f}s ({s['why']})"
+                           for s in report.pool_starts)
+        lines += ["", f"pool start-ups: {starts}"]
     listed = [r for o in NOT_PASSING for r in report.results if r.outcome is o]
     if listed:
         lines += ["", "not passing:"]

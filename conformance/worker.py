@@ -44,14 +44,24 @@ def _limit_memory(limit_mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
+def _cpu_name() -> str | None:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name")), None)
+    except OSError:
+        return None
+
+
 def device_info(spec) -> dict:
+    """The device as this rank sees it: type, count and name (the CPU model on cpu)."""
     import platform
 
     import torch
     from accelkit.conformance.execute import device_handle
 
     handle = device_handle(spec.device_type)
-    info = {"type": spec.device_type, "count": None, "name": platform.processor() or "cpu"}
+    info = {"type": spec.device_type, "count": None, "name": _cpu_name() or platform.machine()}
     if handle is not None:
         for attr, key in (("device_count", "count"), ("get_device_name", "name")):
             fn = getattr(handle, attr, None)
