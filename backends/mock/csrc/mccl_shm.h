@@ -278,6 +278,7 @@ class ShmTransport : public accelkit::c10d::Transport {
   }
 
   void send(const CallInfo& call, const void* buf, int peer, int tag) override {
+    check_usable(call);
     Deadline deadline(call.timeout);
     Mailbox& box = mailbox(rank_, peer);
     char* data = mailbox_data(rank_, peer);
@@ -301,11 +302,13 @@ class ShmTransport : public accelkit::c10d::Transport {
   }
 
   void recv(const CallInfo& call, void* buf, int peer, int tag) override {
+    check_usable(call);
     Deadline deadline(call.timeout);
     receive_from(call, deadline, buf, peer, tag);
   }
 
   int recv_any(const CallInfo& call, void* buf, int tag) override {
+    check_usable(call);
     Deadline deadline(call.timeout);
     int from = -1;
     wait_for(call, deadline, [&] {
@@ -610,6 +613,7 @@ class ShmTransport : public accelkit::c10d::Transport {
   }
 
   static std::string describe(const CallInfo& call) {
+    if (call.seq == 0) return call.name;  // point to point: not a numbered collective
     std::ostringstream s;
     s << call.name << " (seq " << call.seq << ")";
     return s.str();

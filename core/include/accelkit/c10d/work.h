@@ -41,15 +41,15 @@ class QueuedWork : public ::c10d::Work {
 
   void set_source_rank(int rank) { source_rank_ = rank; }
 
-  // Called once by the worker thread: marks the Work done (waking wait()) and then completes
-  // the future, so a future callback always sees isCompleted() == true.
+  // Called once by the worker thread: completes the future, then marks the Work done (waking
+  // wait()), so the future is done whenever wait() has returned (as ProcessGroupGloo does).
   void complete(std::exception_ptr error) {
-    finish(error);
     if (error) {
       future_->setError(error);
     } else {
       future_->markCompleted(c10::IValue(outputs_));
     }
+    finish(error);
   }
 
  private:
