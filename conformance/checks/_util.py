@@ -1,0 +1,81 @@
+"""Helpers shared by the catalogue's area modules: deterministic inputs that every rank can
+rebuild (so each rank computes the single-device reference itself), comparisons whose failure
+message says what differed, and a temporary directory shared by the ranks."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from contextlib import contextmanager
+
+import torch
+import torch.distributed as dist
+
+
+def host_tensor(shape, seed: int, dtype: torch.dtype = torch.float32, *,
+                low: int | None = None, high: int | None = None) -> torch.Tensor:
+    """A CPU tensor that is the same on every rank for the same ``seed``. With ``low``/``high``
+    it holds small integers (stored as ``dtype``) so that sums and products are exact in any
+    order; otherwise standard-normal floats."""
+    gen = torch.Generator().manual_seed(seed)
+    if low is not None and high is not None:
+        return torch.randint(low, high, tuple(shape), generator=gen).to(dtype)
+    return torch.randn(tuple(shape), generator=gen).to(dtype)
+
+
+def rank_input(ctx, shape, rank: int, seed: int = 0, dtype: torch.dtype = torch.float32,
+               low: int = -8, high: int = 9) -> torch.Tensor:
+    """Rank ``rank``'s small-integer input (CPU); any rank can rebuild any other rank's input."""
+    return host_tensor(shape, seed * 1000 + rank, dtype, low=low, high=high)
+
+
+def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """Bitwise equality of values, shape and dtype (``actual`` may live on any device)."""
+    actual = actual.detach().cpu()
+    expected = expected.detach().cpu()
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    if not torch.equal(actual, expected):
+        diff = (actual.to(torch.float64) - expected.to(torch.float64)).abs()
+        bad = int((diff != 0).sum())
+        raise AssertionError(f"{what}: {bad} of {expected.numel()} elements differ "
+                             f"(max abs diff {float(diff.max()):.3g})")
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
+                 rtol: float = 1e-5, atol: float = 1e-6) -> None:
+    """Equality within a tolerance, for results whose float reduction order differs from
+    the single-device reference (sharded matmuls, reductions across ranks)."""
+    actual = actual.detach().cpu()
+    expected = expected.detach().cpu()
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    try:
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
+    except AssertionError as exc:
+        raise AssertionError(f"{what}: {exc}") from None
+
+
+def assert_on_device(ctx, tensor: torch.Tensor, what: str) -> None:
+    """``tensor`` lives on this rank's own device (type and index)."""
+    assert tensor.device == ctx.device, f"{what}: on {tensor.device}, expected {ctx.device}"
+
+
+def all_ranks_object(obj, group=None) -> list:
+    """Every rank's ``obj`` (a small picklable value), gathered on every rank."""
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+@contextmanager
+def shared_tmpdir(prefix: str = "accelkit-check-"):
+    """A temporary directory whose path rank 0 chooses and broadcasts over the default group;
+    rank 0 removes it after every rank has left the block."""
+    path = [tempfile.mkdtemp(prefix=prefix) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(path, src=0)
+    try:
+        yield path[0]
+    finally:
+        dist.barrier()
+        if dist.get_rank() == 0:
+            shutil.rmtree(path[0], ignore_errors=True)

@@ -1,0 +1,410 @@
+"""Collectives through the dispatchable default process group, on this rank's device tensors.
+
+The default group is initialised with ``spec.process_group_backend`` (``"<dev>:<lib>,cpu:gloo"``),
+so every call here reaches the backend's own collective library (PR 102336: DeviceMesh and
+DTensor only ever see a dispatchable ``ProcessGroup``). Inputs are small integers stored as the
+dtype under test, so every reduction is exact in any order and results are compared bitwise
+against a reference each rank computes from all ranks' (rebuildable) inputs.
+"""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from accelkit.conformance.api import check
+from accelkit.conformance.checks._util import (
+    assert_equal,
+    assert_on_device,
+    rank_input,
+)
+
+DTYPES = (torch.float32, torch.bfloat16, torch.int64)
+SHAPE = (3, 5)
+
+
+def _inputs(ctx, dtype, seed, low=-8, high=9):
+    """(this rank's input on the device, every rank's input on the host)."""
+    every = [rank_input(ctx, SHAPE, r, seed, dtype, low, high) for r in range(ctx.world_size)]
+    return every[ctx.rank].to(ctx.device, copy=True), every
+
+
+def _all_reduce_matches(ctx, op, dtypes, reference, seed, low=-8, high=9):
+    for dtype in dtypes:
+        mine, every = _inputs(ctx, dtype, seed, low, high)
+        dist.all_reduce(mine, op=op)
+        assert_on_device(ctx, mine, f"all_reduce({op}) result")
+        expected = reference(torch.stack(every)).to(dtype)
+        assert_equal(mine, expected, f"all_reduce({op}, {dtype})")
+
+
+@check("collectives.all_reduce_sum")
+def all_reduce_sum(ctx):
+    """all_reduce with ReduceOp.SUM for float32, bfloat16 and int64 equals the sum of every
+    rank's input (torch.distributed.all_reduce)."""
+    _all_reduce_matches(ctx, dist.ReduceOp.SUM, DTYPES, lambda s: s.sum(0), seed=1)
+
+
+@check("collectives.all_reduce_product")
+def all_reduce_product(ctx):
+    """all_reduce with ReduceOp.PRODUCT for float32, bfloat16 and int64 equals the product of
+    every rank's input; inputs are in [-2, 2] so the product is exact (torch.distributed.all_reduce)."""
+    _all_reduce_matches(ctx, dist.ReduceOp.PRODUCT, DTYPES, lambda s: s.prod(0), seed=2,
+                        low=-2, high=3)
+
+
+@check("collectives.all_reduce_min")
+def all_reduce_min(ctx):
+    """all_reduce with ReduceOp.MIN for float32, bfloat16 and int64 equals the element-wise
+    minimum over ranks (torch.distributed.all_reduce)."""
+    _all_reduce_matches(ctx, dist.ReduceOp.MIN, DTYPES, lambda s: s.amin(0), seed=3)
+
+
+@check("collectives.all_reduce_max")
+def all_reduce_max(ctx):
+    """all_reduce with ReduceOp.MAX for float32, bfloat16 and int64 equals the element-wise
+    maximum over ranks (torch.distributed.all_reduce)."""
+    _all_reduce_matches(ctx, dist.ReduceOp.MAX, DTYPES, lambda s: s.amax(0), seed=4)
+
+
+@check("collectives.all_reduce_avg")
+def all_reduce_avg(ctx):
+    """all_reduce with ReduceOp.AVG for float32 and bfloat16 equals the mean over ranks (exact:
+    integer inputs, a power-of-two world). DTensor's Partial("avg") relies on it
+    (torch.distributed.all_reduce)."""
+    _all_reduce_matches(ctx, dist.ReduceOp.AVG, DTYPES[:2],
+                        lambda s: s.to(torch.float64).sum(0) / s.shape[0], seed=5)
+
+
+@check("collectives.all_reduce_bitwise")
+def all_reduce_bitwise(ctx):
+    """all_reduce with ReduceOp.BAND, BOR and BXOR on int64 equals the bitwise reduction over
+    ranks (torch.distributed.all_reduce)."""
+    def fold(fn):
+        def reduce(stack):
+            out = stack[0].clone()
+            for row in stack[1:]:
+                out = fn(out, row)
+            return out
+        return reduce
+
+    _all_reduce_matches(ctx, dist.ReduceOp.BAND, (torch.int64,), fold(torch.bitwise_and), 6, 0, 256)
+    _all_reduce_matches(ctx, dist.ReduceOp.BOR, (torch.int64,), fold(torch.bitwise_or), 7, 0, 256)
+    _all_reduce_matches(ctx, dist.ReduceOp.BXOR, (torch.int64,), fold(torch.bitwise_xor), 8, 0, 256)
+
+
+@check("collectives.broadcast_every_root")
+def broadcast_every_root(ctx):
+    """broadcast from each rank in turn leaves the root's tensor on every rank, for float32,
+    bfloat16 and int64 (torch.distributed.broadcast)."""
+    for dtype in DTYPES:
+        for root in range(ctx.world_size):
+            mine, every = _inputs(ctx, dtype, seed=10 + root)
+            dist.broadcast(mine, src=root)
+            assert_equal(mine, every[root], f"broadcast(src={root}, {dtype})")
+
+
+@check("collectives.reduce")
+def reduce(ctx):
+    """reduce(SUM) to each destination rank in turn leaves the sum on the destination
+    (torch.distributed.reduce)."""
+    for dst in range(ctx.world_size):
+        mine, every = _inputs(ctx, torch.float32, seed=20 + dst)
+        dist.reduce(mine, dst=dst)
+        if ctx.rank == dst:
+            assert_equal(mine, torch.stack(every).sum(0), f"reduce(dst={dst})")
+
+
+@check("collectives.all_gather")
+def all_gather(ctx):
+    """all_gather into a list of tensors: entry i is rank i's input, for float32, bfloat16 and
+    int64 (torch.distributed.all_gather)."""
+    for dtype in DTYPES:
+        mine, every = _inputs(ctx, dtype, seed=30)
+        out = [torch.empty(SHAPE, dtype=dtype, device=ctx.device) for _ in range(ctx.world_size)]
+        dist.all_gather(out, mine)
+        for i, got in enumerate(out):
+            assert_on_device(ctx, got, f"all_gather output[{i}]")
+            assert_equal(got, every[i], f"all_gather output[{i}] ({dtype})")
+
+
+@check("collectives.all_gather_single")
+def all_gather_single(ctx):
+    """all_gather_single concatenates every rank's input along dim 0, for float32, bfloat16
+    and int64 (torch.distributed.all_gather_single, the 2.13 name of all_gather_into_tensor)."""
+    for dtype in DTYPES:
+        mine, every = _inputs(ctx, dtype, seed=31)
+        flat = torch.empty((ctx.world_size * SHAPE[0], SHAPE[1]), dtype=dtype, device=ctx.device)
+        dist.all_gather_single(flat, mine)
+        assert_equal(flat, torch.cat(every), f"all_gather_single ({dtype})")
+
+
+@check("collectives.all_gather_into_tensor")
+def all_gather_into_tensor(ctx):
+    """The deprecated all_gather_into_tensor still concatenates every rank's input (it routes
+    through all_gather_single; torch.distributed.all_gather_into_tensor)."""
+    mine, every = _inputs(ctx, torch.bfloat16, seed=32)
+    out = torch.empty((ctx.world_size * SHAPE[0], SHAPE[1]), dtype=torch.bfloat16, device=ctx.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        dist.all_gather_into_tensor(out, mine)
+    assert_equal(out, torch.cat(every), "all_gather_into_tensor")
+
+
+@check("collectives.reduce_scatter")
+def reduce_scatter(ctx):
+    """reduce_scatter from a list: rank r receives the sum over ranks of their r-th list entry
+    (torch.distributed.reduce_scatter)."""
+    ws = ctx.world_size
+    every = [[rank_input(ctx, SHAPE, src * ws + dst, 40) for dst in range(ws)] for src in range(ws)]
+    out = torch.empty(SHAPE, device=ctx.device)
+    dist.reduce_scatter(out, [t.to(ctx.device, copy=True) for t in every[ctx.rank]])
+    expected = torch.stack([every[src][ctx.rank] for src in range(ws)]).sum(0)
+    assert_equal(out, expected, "reduce_scatter")
+
+
+@check("collectives.reduce_scatter_single")
+def reduce_scatter_single(ctx):
+    """reduce_scatter_single: rank r receives chunk r of the sum of every rank's flat input
+    (torch.distributed.reduce_scatter_single, the 2.13 name of reduce_scatter_tensor)."""
+    mine, every = _inputs(ctx, torch.float32, seed=41)
+    mine = mine.repeat(ctx.world_size, 1)
+    out = torch.empty(SHAPE, device=ctx.device)
+    dist.reduce_scatter_single(out, mine)
+    total = torch.stack(every).repeat(1, ctx.world_size, 1).sum(0)
+    assert_equal(out, total.chunk(ctx.world_size)[ctx.rank], "reduce_scatter_single")
+
+
+@check("collectives.reduce_scatter_tensor")
+def reduce_scatter_tensor(ctx):
+    """The deprecated reduce_scatter_tensor still gives rank r chunk r of the summed input
+    (torch.distributed.reduce_scatter_tensor)."""
+    ws = ctx.world_size
+    every = [rank_input(ctx, (ws * 2, 3), r, 42) for r in range(ws)]
+    out = torch.empty((2, 3), device=ctx.device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        dist.reduce_scatter_tensor(out, every[ctx.rank].to(ctx.device, copy=True))
+    assert_equal(out, torch.stack(every).sum(0).chunk(ws)[ctx.rank], "reduce_scatter_tensor")
+
+
+def _a2a_value(src: int, dst: int, n: int) -> torch.Tensor:
+    """What rank ``src`` sends to rank ``dst``: ``n`` values naming both ends."""
+    return torch.arange(n, dtype=torch.float32) + 100 * src + 10 * dst
+
+
+@check("collectives.all_to_all_single_equal")
+def all_to_all_single_equal(ctx):
+    """all_to_all_single with equal splits: rank r's output chunk j is rank j's input chunk r
+    (torch.distributed.all_to_all_single)."""
+    ws, n = ctx.world_size, 3
+    mine = torch.cat([_a2a_value(ctx.rank, dst, n) for dst in range(ws)]).to(ctx.device, copy=True)
+    out = torch.empty(ws * n, device=ctx.device)
+    dist.all_to_all_single(out, mine)
+    assert_equal(out, torch.cat([_a2a_value(src, ctx.rank, n) for src in range(ws)]),
+                 "all_to_all_single (equal splits)")
+
+
+@check("collectives.all_to_all_single_uneven")
+def all_to_all_single_uneven(ctx):
+    """all_to_all_single with uneven split sizes (rank s sends (s + 2d) % 3 + 1 elements to
+    rank d, and nothing from rank 0 to itself: a zero-size split) delivers every chunk intact and
+    in rank order (torch.distributed.all_to_all_single)."""
+    ws = ctx.world_size
+
+    def size(src, dst):
+        return (src + 2 * dst) % 3 + (0 if src == dst == 0 else 1)
+
+    send = [size(ctx.rank, dst) for dst in range(ws)]
+    recv = [size(src, ctx.rank) for src in range(ws)]
+    mine = torch.cat([_a2a_value(ctx.rank, dst, send[dst]) for dst in range(ws)]).to(ctx.device, copy=True)
+    out = torch.full((sum(recv),), -1.0, device=ctx.device)
+    dist.all_to_all_single(out, mine, output_split_sizes=recv, input_split_sizes=send)
+    expected = torch.cat([_a2a_value(src, ctx.rank, recv[src]) for src in range(ws)])
+    assert_equal(out, expected, f"all_to_all_single (send splits {send}, recv splits {recv})")
+
+
+@check("collectives.all_to_all")
+def all_to_all(ctx):
+    """all_to_all with lists of tensors: output[j] on rank r is rank j's input[r]
+    (torch.distributed.all_to_all; equal sizes, as gloo requires them)."""
+    ws, n = ctx.world_size, 4
+    inputs = [_a2a_value(ctx.rank, dst, n).to(ctx.device, copy=True) for dst in range(ws)]
+    outputs = [torch.empty(n, device=ctx.device) for _ in range(ws)]
+    dist.all_to_all(outputs, inputs)
+    for src, got in enumerate(outputs):
+        assert_equal(got, _a2a_value(src, ctx.rank, n), f"all_to_all output[{src}]")
+
+
+@check("collectives.gather")
+def gather(ctx):
+    """gather to the first and the last rank: the destination's list holds every rank's input
+    (torch.distributed.gather)."""
+    for dst in (0, ctx.world_size - 1):
+        mine, every = _inputs(ctx, torch.float32, seed=50 + dst)
+        out = ([torch.empty(SHAPE, device=ctx.device) for _ in range(ctx.world_size)]
+               if ctx.rank == dst else None)
+        dist.gather(mine, out, dst=dst)
+        if ctx.rank == dst:
+            for i, got in enumerate(out):
+                assert_equal(got, every[i], f"gather(dst={dst}) entry {i}")
+
+
+@check("collectives.scatter")
+def scatter(ctx):
+    """scatter from the first and the last rank: rank r receives the source's r-th tensor
+    (torch.distributed.scatter)."""
+    for src in (0, ctx.world_size - 1):
+        pieces = [rank_input(ctx, SHAPE, 100 * src + r, 51) for r in range(ctx.world_size)]
+        out = torch.empty(SHAPE, device=ctx.device)
+        dist.scatter(out, [p.to(ctx.device, copy=True) for p in pieces] if ctx.rank == src else None, src=src)
+        assert_equal(out, pieces[ctx.rank], f"scatter(src={src})")
+
+
+@check("collectives.send_recv_ring")
+def send_recv_ring(ctx):
+    """Point-to-point around a ring: blocking send/recv (even ranks send first) and then
+    isend/irecv both deliver the left neighbour's tensor (torch.distributed.send/recv/isend/irecv)."""
+    ws = ctx.world_size
+    right, left = (ctx.rank + 1) % ws, (ctx.rank - 1) % ws
+    mine, every = _inputs(ctx, torch.float32, seed=60)
+    got = torch.empty(SHAPE, device=ctx.device)
+    if ctx.rank % 2 == 0:
+        dist.send(mine, dst=right)
+        dist.recv(got, src=left)
+    else:
+        dist.recv(got, src=left)
+        dist.send(mine, dst=right)
+    assert_equal(got, every[left], "blocking send/recv ring")
+    got2 = torch.empty(SHAPE, device=ctx.device)
+    works = [dist.isend(mine * 2, dst=right), dist.irecv(got2, src=left)]
+    for work in works:
+        work.wait()
+    assert_equal(got2, every[left] * 2, "isend/irecv ring")
+
+
+@check("collectives.barrier")
+def barrier(ctx):
+    """barrier returns on a rank only after every rank has entered it: each rank writes a
+    store key just before the barrier and after it all keys exist (torch.distributed.barrier)."""
+    token = [uuid.uuid4().hex if ctx.rank == 0 else None]
+    dist.broadcast_object_list(token, src=0)
+    store = dist.distributed_c10d._get_default_store()
+    keys = [f"accelkit/barrier/{token[0]}/{r}" for r in range(ctx.world_size)]
+    store.set(keys[ctx.rank], "1")
+    dist.barrier()
+    assert store.check(keys), "after barrier() some rank's pre-barrier store key is missing"
+
+
+@check("collectives.async_work")
+def async_work(ctx):
+    """async_op=True returns a Work whose wait() completes the collective, is_completed() is
+    then True, and get_future() resolves to the output tensors (torch.distributed Work API)."""
+    mine, every = _inputs(ctx, torch.float32, seed=70)
+    work = dist.all_reduce(mine, async_op=True)
+    fut = work.get_future()
+    assert work.wait() is True, "Work.wait() did not return True"
+    assert work.is_completed(), "Work.is_completed() is False after wait()"
+    assert_equal(mine, torch.stack(every).sum(0), "async all_reduce")
+    result = fut.wait()
+    assert isinstance(result, list) and len(result) == 1, f"future value {result!r}: expected [tensor]"
+    assert_equal(result[0], torch.stack(every).sum(0), "all_reduce future value")
+    out = torch.empty((ctx.world_size * SHAPE[0], SHAPE[1]), device=ctx.device)
+    work = dist.all_gather_single(out, mine, async_op=True)
+    work.wait()
+    assert_equal(out, torch.stack(every).sum(0).repeat(ctx.world_size, 1), "async all_gather_single")
+
+
+@check("collectives.functional")
+def functional(ctx):
+    """Functional collectives (what DTensor calls) return AsyncCollectiveTensor in eager mode;
+    wait() / wait_tensor give the right values, and using a result without wait() waits
+    implicitly; for a ProcessGroup and for a DeviceMesh as the group
+    (torch.distributed._functional_collectives: all_reduce, all_gather_single,
+    reduce_scatter_single, all_to_all_single)."""
+    mine, every = _inputs(ctx, torch.float32, seed=80)
+    total = torch.stack(every).sum(0)
+    mesh = ctx.mesh((ctx.world_size,))
+    for group in (dist.group.WORLD, mesh):
+        what = type(group).__name__
+        reduced = funcol.all_reduce(mine, "sum", group)
+        assert isinstance(reduced, funcol.AsyncCollectiveTensor), (
+            f"all_reduce over {what} returned {type(reduced).__name__}, not AsyncCollectiveTensor")
+        assert_equal(reduced.wait(), total, f"funcol.all_reduce over {what}")
+        gathered = funcol.all_gather_single(mine, 0, group)
+        assert_equal(funcol.wait_tensor(gathered), torch.cat(every), f"funcol.all_gather_single ({what})")
+        scattered = funcol.reduce_scatter_single(mine.repeat(ctx.world_size, 1), "sum", 0, group)
+        assert_equal(scattered.wait(), total, f"funcol.reduce_scatter_single ({what})")
+        exchanged = funcol.all_to_all_single(mine.repeat(ctx.world_size, 1), None, None, group)
+        assert_equal(exchanged.wait(), torch.cat(every), f"funcol.all_to_all_single ({what})")
+        assert_equal(funcol.all_reduce(mine, "max", group) + 0, torch.stack(every).amax(0),
+                     f"funcol.all_reduce(max) used without wait ({what})")
+
+
+@check("collectives.subgroup_half")
+def subgroup_half(ctx):
+    """A group of half the ranks (new_group, created by every rank) reduces, broadcasts and
+    gathers among its members only; the other half's group is NON_GROUP_MEMBER here
+    (torch.distributed.new_group)."""
+    ws, half = ctx.world_size, ctx.world_size // 2
+    lower, upper = list(range(half)), list(range(half, ws))
+    groups = [dist.new_group(lower), dist.new_group(upper)]
+    members = lower if ctx.rank < half else upper
+    mine_group = groups[0] if ctx.rank < half else groups[1]
+    other = groups[1] if ctx.rank < half else groups[0]
+    assert other == dist.GroupMember.NON_GROUP_MEMBER, "the other half's group is usable here"
+    assert dist.get_process_group_ranks(mine_group) == members
+    mine, every = _inputs(ctx, torch.float32, seed=90)
+    dist.all_reduce(mine, group=mine_group)
+    assert_equal(mine, torch.stack([every[r] for r in members]).sum(0), "all_reduce on half group")
+    t = torch.full((4,), float(ctx.rank), device=ctx.device)
+    dist.broadcast(t, group_src=1, group=mine_group)
+    assert_equal(t, torch.full((4,), float(members[1])), "broadcast(group_src=1) on half group")
+    out = torch.empty(len(members), device=ctx.device)
+    dist.all_gather_single(out, torch.tensor([float(ctx.rank)], device=ctx.device), group=mine_group)
+    assert_equal(out, torch.tensor([float(r) for r in members]), "all_gather_single on half group")
+
+
+@check("collectives.non_contiguous")
+def non_contiguous(ctx):
+    """Views are honoured: an all_reduce on a row of a larger buffer (storage offset) changes
+    that row only; all_gather into views of one buffer fills it; a transposed (non-contiguous)
+    input either reduces correctly or is refused with an error naming contiguity — never a
+    silently wrong result (torch.distributed.all_reduce / all_gather)."""
+    ws = ctx.world_size
+    every = [rank_input(ctx, (4, 6), r, 100) for r in range(ws)]
+    buf = every[ctx.rank].to(ctx.device, copy=True)
+    row = buf[2]
+    dist.all_reduce(row)
+    expected = every[ctx.rank].clone()
+    expected[2] = torch.stack(every)[:, 2].sum(0)
+    assert_equal(buf, expected, "all_reduce on buf[2] (rows other than 2 must be untouched)")
+
+    gathered = torch.full((ws, 6), -1.0, device=ctx.device)
+    dist.all_gather(list(gathered.unbind(0)), buf[1])
+    assert_equal(gathered, torch.stack([every[r][1] for r in range(ws)]), "all_gather into row views")
+
+    transposed = every[ctx.rank].to(ctx.device, copy=True).t()
+    assert not transposed.is_contiguous()
+    try:
+        dist.all_reduce(transposed)
+    except (RuntimeError, ValueError) as exc:
+        assert "contiguous" in str(exc).lower(), (
+            f"all_reduce of a transposed tensor raised an error not naming contiguity: {exc}")
+        return
+    assert_equal(transposed, torch.stack(every).sum(0).t(), "all_reduce of a transposed tensor")
+
+
+@check("collectives.all_reduce_64mib", timeout=120)
+def all_reduce_64mib(ctx):
+    """A 64 MiB float32 all_reduce (16 Mi elements) is exact: rank r contributes
+    (r + 1) * (i % 7), the sum is world*(world+1)/2 * (i % 7) (torch.distributed.all_reduce)."""
+    n = 64 * 1024 * 1024 // 4
+    pattern = (torch.arange(n, dtype=torch.int32) % 7).to(torch.float32)
+    mine = (pattern * (ctx.rank + 1)).to(ctx.device, copy=True)
+    dist.all_reduce(mine)
+    factor = ctx.world_size * (ctx.world_size + 1) // 2
+    assert_equal(mine, pattern * factor, "64 MiB all_reduce")
