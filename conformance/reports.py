@@ -8,7 +8,7 @@ saw it), ``torch``, ``python``, ``host``, ``started``, ``duration_s``, ``world_s
 ``options`` (timeout, strict, extra modules, memory limit), ``expectations`` (file used),
 ``unavailable`` (reason or null), ``aborted``
 (torchrun mode: why the run stopped early, or null), ``mode`` (``pool`` or ``torchrun``), ``summary`` (counts per outcome + total), ``areas`` (counts and
-time per area), ``pool_starts`` (world size, seconds, why) and ``checks``: id, area, world_size,
+time per area), ``pool_starts`` (world size, seconds, why, worker pids) and ``checks``: id, area, world_size,
 requires, doc, outcome, actual (the outcome an expectation replaced), reason, duration_s,
 pool_start_s, expectation, ranks (rank, status, message, traceback, duration_s, peak_host_mb, peak_device_mb,
 returned, exit, log_tail).

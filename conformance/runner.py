@@ -145,7 +145,7 @@ class Runner:
         self._started.add(world_size)
         self.report.device = self.report.device or pool.device
         self.report.pool_starts.append({"world_size": world_size, "seconds": round(pool.startup_s, 3),
-                                        "why": why})
+                                        "why": why, "pids": [p.pid for p in pool.procs]})
         return pool
 
     def close(self) -> None:
