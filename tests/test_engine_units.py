@@ -1,0 +1,124 @@
+"""The engine's pure parts, without processes: merging per-rank results, selection, exit
+rules, report writers on a synthetic run, the /dev/shm sweep (issue #3)."""
+
+from __future__ import annotations
+
+import os
+import xml.etree.ElementTree as ET
+
+import pytest
+from accelkit.conformance import loader, reports, terminal
+from accelkit.conformance.api import CheckDef
+from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
+from accelkit.conformance.pool import SHM_DIR, sweep_shm
+from accelkit.conformance.runner import RunOptions, RunReport
+from accelkit.core import registry
+
+
+def _ranks(*statuses):
+    return [RankResult(rank=i, status=s, message=f"{s} {i}" if s != "pass" else "")
+            for i, s in enumerate(statuses)]
+
+
+@pytest.mark.parametrize("statuses,outcome,reason", [
+    (("pass", "pass"), Outcome.PASS, ""),
+    (("pass", "fail"), Outcome.FAIL, "rank 1: fail 1"),
+    (("fail", "error"), Outcome.ERROR, "rank 1: error 1"),
+    (("skip", "fail"), Outcome.FAIL, "rank 1: fail 1"),
+    (("skip", "pass"), Outcome.SKIP, "skip 0"),
+    (("timeout", "error"), Outcome.TIMEOUT, "rank 0: timeout 0"),
+    (("crash", "timeout", "aborted"), Outcome.CRASH, "rank 0: crash 0"),
+    (("fail", "fail"), Outcome.FAIL, "rank 0: fail 0\nrank 1: fail 1"),
+])
+def test_merge_worst_rank_wins(statuses, outcome, reason):
+    assert merge(_ranks(*statuses)) == (outcome, reason)
+
+
+def _def(cid, ws=4):
+    return CheckDef(id=cid, fn=lambda ctx: None, world_size=ws, doc="d")
+
+
+def test_select_by_area_substring_glob_and_world_size():
+    checks = {c.id: c for c in [_def("mesh.one"), _def("mesh.two", 2), _def("dtensor.one"),
+                                _def("collectives.all_reduce_sum"), _def("mesh.a_last")]}
+    ids = lambda sel: [c.id for c in sel]  # noqa: E731
+    # world size first, then area, then definition order (not alphabetical)
+    assert ids(loader.select(checks)) == ["mesh.two", "collectives.all_reduce_sum",
+                                          "dtensor.one", "mesh.one", "mesh.a_last"]
+    assert ids(loader.select(checks, areas=["mesh"])) == ["mesh.two", "mesh.one", "mesh.a_last"]
+    assert ids(loader.select(checks, patterns=["one"])) == ["dtensor.one", "mesh.one"]
+    assert ids(loader.select(checks, patterns=["*.one"])) == ["dtensor.one", "mesh.one"]
+    assert ids(loader.select(checks, patterns=["all_red*"])) == []  # a glob matches the whole id
+    assert ids(loader.select(checks, world_size=2)) == ["mesh.two"]
+
+
+def test_import_module_errors_name_the_module(tmp_path):
+    with pytest.raises(loader.CheckLoadError, match="check module file 'nope.py' does not exist"):
+        loader.import_module("nope.py")
+    bad = tmp_path / "bad_checks.py"
+    bad.write_text("raise ValueError('broken on purpose')\n")
+    with pytest.raises(loader.CheckLoadError,
+                       match=r"cannot import check module '.*bad_checks.py': ValueError: broken"):
+        loader.import_module(str(bad))
+
+
+def _report(strict=False, **extra):
+    results = [
+        CheckResult("a.ok", 4, Outcome.PASS, duration_s=0.1, ranks=_ranks("pass", "pass")),
+        CheckResult("a.fixed", 4, Outcome.XPASS, "passed, but expected to fail: x",
+                    expectation={"status": "xfail", "reason": "x", "link": None, "torch": None},
+                    actual=Outcome.PASS),
+        CheckResult("b.skip", 2, Outcome.SKIP, "no accelerator"),
+    ]
+    return RunReport(spec=registry.get("cpu"), options=RunOptions(strict=strict),
+                     results=results, torch="2.13.0", **extra)
+
+
+def test_xpass_fails_only_under_strict():
+    assert _report().ok()
+    assert [r.id for r in _report(strict=True).failed()] == ["a.fixed"]
+    assert not _report(strict=True).ok()
+
+
+def test_aborted_run_is_not_ok():
+    assert not _report(aborted="TIMEOUT in a.ok").ok()
+
+
+def test_junit_strict_xpass_is_a_failure():
+    root = reports.to_junit(_report(strict=True)).getroot()
+    suite = root.find("testsuite[@name='a']")
+    assert suite.attrib["failures"] == "1"
+    case = suite.find("testcase[@name='fixed']")
+    assert case.find("failure").attrib["type"] == "XPASS"
+    loose = reports.to_junit(_report()).getroot().find("testsuite[@name='a']")
+    assert loose.attrib["failures"] == "0"
+
+
+def test_written_reports_parse(tmp_path):
+    paths = reports.write(_report(), tmp_path / "r")
+    assert [p.name for p in paths] == ["report.json", "junit.xml", "report.md"]
+    ET.parse(paths[1])
+    assert "**Result: ✅ conformant" in paths[2].read_text()
+
+
+def test_summary_for_unavailable_backend():
+    report = _report(unavailable="no CUDA device (torch.cuda.is_available() is False)")
+    text = terminal.summary(report)
+    assert "UNAVAILABLE: backend 'cpu' cannot run here: no CUDA device" in text
+    assert text.endswith("NOT RUN: backend unavailable (exit 0; --require-available makes it "
+                         "exit 3)")
+
+
+def test_sweep_shm_removes_only_segments_of_the_given_pids():
+    fake_pid = 4_000_000_000  # above any real pid
+    ours = SHM_DIR / f"accelkit_mccl_{fake_pid}_seg0"
+    other = SHM_DIR / f"accelkit_mccl_{fake_pid + 1}_seg0"
+    for p in (ours, other):
+        p.write_bytes(b"x")
+    try:
+        assert sweep_shm([fake_pid]) == [ours.name]
+        assert not ours.exists() and other.exists()
+    finally:
+        for p in (ours, other):
+            if p.exists():
+                os.unlink(p)
