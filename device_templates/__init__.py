@@ -1,0 +1,6 @@
+"""Templates for vendor backend packages (``accelkit new``, issue #7).
+
+``cuda_like/`` is the template of a cuda-like PrivateUse1 device package ``torch_<name>``;
+:mod:`accelkit.device_templates.render` fills it in and renders the vendor-replaceable parts
+(runtime, collectives transport) from accelkit's mock device, so nothing is copied.
+"""

@@ -1,0 +1,349 @@
+"""Render a vendor backend package ``torch_<name>`` (``accelkit new``, issue #7).
+
+The package is made of three kinds of files, so nothing accelkit already has is copied:
+
+1. **Referenced, not copied**: accelkit's C++ integration layer (``accelkit.core.include_dir()``,
+   ``#include <accelkit/...>``) and its Python device-module builder
+   (:mod:`accelkit.core.device_module`) stay in accelkit; the package builds against them.
+2. **Rendered from the mock** (:data:`MOCK_SOURCES`): the parts a vendor replaces — the
+   host-memory runtime and the collectives transport in ``backends/mock/csrc/`` and mccl's
+   Python creator (``backends/mock/mccl.py``) — with the names substituted by
+   :data:`TOKENS` (explicit ``str.replace`` in order). So the mock and a new package cannot drift
+   apart: every ``mock``/``mccl`` in those files must be covered by a token, else rendering
+   stops with an error naming the file and line. In Python modules, the top-level definitions
+   listed in :data:`PY_OVERRIDES` are replaced by the template's own (how the C++ is loaded:
+   built ahead of time in a vendor package, JIT-built in accelkit).
+3. **Template** (``device_templates/cuda_like/``): packaging, the package ``__init__``, the
+   ``BackendSpec`` module, tox.ini, README, the empty expectations file. Files ending in
+   ``.tmpl`` (and every path) are :class:`string.Template` texts (``${name}``, ``${cname}``, ...,
+   see :meth:`Names.mapping`); ``$$`` is a literal ``$``. Other files are copied as they are.
+
+Everything is rendered in memory and validated before the first file is written: bad input
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+import keyword
+import re
+import string
+from dataclasses import dataclass
+from pathlib import Path
+
+from accelkit.core.accelerator import BUILTIN_DEVICE_TYPES
+
+_HERE = Path(__file__).resolve().parent
+#: The template folder.
+TEMPLATE_DIR = _HERE / "cuda_like"
+#: The mock device package whose vendor-replaceable sources are rendered.
+MOCK_DIR = _HERE.parent / "backends" / "mock"
+
+#: The reference device and collective library the renderer takes sources from; a new package
+#: may not reuse these names (the mock ships with accelkit, beside every vendor package).
+MOCK_NAME = "mock"
+MOCK_CCL = "mccl"
+
+#: c10d backends torch or accelkit already register (``torch.distributed.Backend.backend_list``
+#: in torch 2.13, plus the mock's).
+TAKEN_COLLECTIVE_NAMES = frozenset({"undefined", "gloo", "nccl", "mpi", "ucc", "xccl", "fake",
+                                    MOCK_CCL})
+
+#: The collective name becomes a C++ namespace in the generated code: names that would clash
+#: with one the code uses, or with a C++ keyword.
+_CPP_RESERVED = frozenset("""
+    accelkit at c10 c10d caffe2 detail py pybind11 std torch
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+    char32_t class compl concept const consteval constexpr constinit const_cast continue co_await
+    co_return co_yield decltype default delete do double dynamic_cast else enum explicit export
+    extern false float for friend goto if inline int long mutable namespace new noexcept not
+    not_eq nullptr operator or or_eq private protected public register reinterpret_cast requires
+    return short signed sizeof static static_assert static_cast struct switch template this
+    thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
+    wchar_t while xor xor_eq
+""".split())
+
+_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
+_CPP_SUFFIXES = {".h", ".hpp", ".cpp", ".cc"}
+
+
+class TemplateError(ValueError):
+    """Bad input to ``accelkit new`` or a template that cannot render; nothing was written."""
+
+
+@dataclass(frozen=True)
+class Names:
+    """The names of a new device package, derived from the device and collective names."""
+
+    name: str  #: device type and ``torch.<name>`` module, e.g. ``demo``
+    cname: str  #: c10d backend name, e.g. ``democcl``
+
+    @classmethod
+    def create(cls, name: str, cname: str | None = None) -> Names:
+        """Validated names; ``cname`` defaults to ``f"{name}ccl"``. Raises TemplateError."""
+        _check_device_name(name)
+        cname = f"{name}ccl" if cname is None else cname
+        _check_collective_name(cname, name)
+        return cls(name, cname)
+
+    @property
+    def package(self) -> str:
+        return f"torch_{self.name}"
+
+    def mapping(self) -> dict[str, str]:
+        """The ``string.Template`` variables of ``cuda_like/`` files and paths."""
+        return {
+            "name": self.name,  # demo
+            "Name": _camel(self.name),  # Demo
+            "NAME": self.name.upper(),  # DEMO: environment variables DEMO_DEVICES, ...
+            "cname": self.cname,  # democcl
+            "CNAME": self.cname.upper(),  # DEMOCCL
+            "package": self.package,  # torch_demo
+        }
+
+    def tokens(self) -> list[tuple[str, str]]:
+        """The (mock text, replacement) pairs applied, in order, to the mock's sources."""
+        m = self.mapping()
+        return [
+            ("ACCELKIT_MOCK_", f"{m['NAME']}_"),  # env vars: ACCELKIT_MOCK_DEVICES -> DEMO_DEVICES
+            ("ACCELKIT_MCCL_", f"{m['CNAME']}_"),  # ACCELKIT_MCCL_CHUNK_BYTES -> DEMOCCL_CHUNK_BYTES
+            ("accelkit_mccl_", f"{self.cname}_"),  # /dev/shm segment prefix
+            ("accelkit_mock", self.package),  # C++ namespace
+            ("MockRuntime", f"{m['Name']}Runtime"),
+            ("MCCL", m["CNAME"]),
+            ("mccl", self.cname),
+            ("MOCK", m["NAME"]),
+            ("Mock", m["Name"]),
+            ("mock", self.name),
+        ]
+
+
+def _camel(name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_"))
+
+
+def _check_device_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise TemplateError(
+            f"device name {name!r} is not valid: use a lower-case Python identifier (a-z, "
+            "digits and '_', starting with a letter), e.g. 'myaccel'; it becomes the device "
+            "string 'myaccel:0', the module torch.myaccel and the package torch_myaccel")
+    if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+        raise TemplateError(
+            f"device name {name!r} is a Python keyword: torch.{name} could not be written in "
+            "code; choose another name")
+    if name in BUILTIN_DEVICE_TYPES:
+        raise TemplateError(
+            f"device name {name!r} is a device type built into torch; choose a name of your "
+            "own (built-in: " + ", ".join(sorted(BUILTIN_DEVICE_TYPES)) + ")")
+    if name == MOCK_NAME:
+        raise TemplateError(
+            f"device name {name!r} is accelkit's own reference device (accelkit.backends.mock), "
+            "installed beside every vendor package; choose a name of your own")
+    import torch
+
+    if hasattr(torch, name):
+        raise TemplateError(
+            f"device name {name!r} is already an attribute of torch (torch.{name}); the device "
+            "module becomes torch.<name>, so choose a name torch does not use")
+
+
+def _check_collective_name(cname: str, name: str) -> None:
+    if not isinstance(cname, str) or not _NAME.match(cname):
+        raise TemplateError(
+            f"collective backend name {cname!r} is not valid: use a lower-case Python "
+            f"identifier (a-z, digits and '_', starting with a letter), e.g. '{name}ccl'")
+    if cname in TAKEN_COLLECTIVE_NAMES:
+        raise TemplateError(
+            f"collective backend name {cname!r} is taken by torch or accelkit (taken: "
+            + ", ".join(sorted(TAKEN_COLLECTIVE_NAMES)) + f"); choose another, e.g. '{name}ccl' "
+            "(the default)")
+    if cname == name:
+        raise TemplateError(
+            f"collective backend name {cname!r} equals the device name: the collective library "
+            f"needs a name of its own, e.g. '{name}ccl' (the default)")
+    if cname in _CPP_RESERVED or cname == f"torch_{name}" or keyword.iskeyword(cname):
+        raise TemplateError(
+            f"collective backend name {cname!r} is reserved: it becomes a C++ namespace and a "
+            f"Python module in the package, and {cname!r} is a keyword or a namespace the code "
+            f"uses; choose another, e.g. '{name}ccl' (the default)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources rendered from the mock.
+
+#: Mock files rendered into the package: (path under backends/mock/, folder in the package).
+#: Every C++ file of ``csrc/`` is taken, so a file the mock adds comes along.
+MOCK_SOURCES: tuple[tuple[str, str], ...] = (
+    ("csrc/*", "csrc"),
+    ("mccl.py", "${package}"),
+)
+
+#: Top-level definitions of rendered Python modules replaced by the template's version:
+#: file name -> {definition name -> source, "" to drop it}. mccl.py JIT-builds its extension
+#: from csrc/ (the mock ships sources); a vendor package imports the one built by setup.py.
+PY_OVERRIDES: dict[str, dict[str, str]] = {
+    "mccl.py": {
+        "__doc__": '''"""${cname}, the ${name} device's collective library: a C++ ``c10d::Backend`` (issue #7).
+
+Rendered by ``accelkit new`` from accelkit's mccl (``accelkit/backends/mock/mccl.py``). The
+transport is ``csrc/${cname}_shm.h`` (shared memory between the ranks of one host): replace it
+with calls into your collective library; the glue between c10d and a transport,
+``<accelkit/c10d/backend.h>``, stays in accelkit. ``create_backend`` is the creator
+``torch_${name}`` registers for ``${name}`` devices (``extended_api=True``).
+"""''',
+        "extension": '''def extension():
+    """The ``torch_${name}._${cname}`` extension, built ahead of time by setup.py."""
+    import torch.distributed  # noqa: F401  (registers c10d.Backend, the bound base class)
+
+    from torch_${name} import _${cname}
+
+    return _${cname}''',
+        "_CSRC": "",
+        "Path": "",
+    },
+}
+
+
+def _substitute(text: str, names: Names, where: str) -> str:
+    """``text`` with the mock's names replaced; an occurrence no token covers is an error."""
+    sentinels = []
+    for i, (old, new) in enumerate(names.tokens()):
+        sentinel = f"\0{i}\0"
+        text = text.replace(old, sentinel)
+        sentinels.append((sentinel, new))
+    left = re.search(f"(?i){MOCK_NAME}|{MOCK_CCL}", text)
+    if left:
+        line = text.count("\n", 0, left.start()) + 1
+        raise TemplateError(
+            f"{where}:{line}: {left.group(0)!r} is not covered by the renderer's tokens "
+            "(accelkit.device_templates.render.Names.tokens); add a token for it")
+    for sentinel, new in sentinels:
+        text = text.replace(sentinel, new)
+    return text
+
+
+def _override(source: str, overrides: dict[str, str], where: str) -> str:
+    """Replace top-level definitions of a Python module (see :data:`PY_OVERRIDES`)."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    spans: dict[str, tuple[int, int]] = {}
+    body = tree.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        spans["__doc__"] = (body[0].lineno, body[0].end_lineno)
+    for node in body:
+        for defined in _defines(node):
+            spans[defined] = (node.lineno, node.end_lineno)
+    missing = sorted(set(overrides) - set(spans))
+    if missing:
+        raise TemplateError(
+            f"{where} has no top-level {', '.join(missing)}, which the renderer replaces "
+            "(accelkit.device_templates.render.PY_OVERRIDES); update the table")
+    for key in sorted(overrides, key=lambda k: spans[k][0], reverse=True):
+        first, last = spans[key]
+        replacement = overrides[key] + "\n" if overrides[key] else ""
+        lines[first - 1:last] = [replacement]
+    text = "".join(lines)
+    return re.sub(r"\n{4,}", "\n\n\n", text)
+
+
+def _defines(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+            and isinstance(node.targets[0], ast.Name):
+        return [node.targets[0].id]
+    if isinstance(node, (ast.Import, ast.ImportFrom)) and len(node.names) == 1:
+        return [node.names[0].asname or node.names[0].name.split(".")[0]]
+    return []
+
+
+def _mock_files(names: Names) -> dict[str, str]:
+    files: dict[str, str] = {}
+    mapping = names.mapping()
+    for pattern, folder in MOCK_SOURCES:
+        matches = sorted(p for p in MOCK_DIR.glob(pattern)
+                         if p.is_file() and (p.suffix in _CPP_SUFFIXES or p.suffix == ".py"))
+        if not matches:
+            raise TemplateError(f"no mock source matches {MOCK_DIR / pattern}")
+        for path in matches:
+            where = str(path.relative_to(MOCK_DIR.parent.parent))
+            text = _substitute(path.read_text(), names, where)
+            if path.name in PY_OVERRIDES:
+                overrides = {k: string.Template(v).substitute(mapping)
+                             for k, v in PY_OVERRIDES[path.name].items()}
+                text = _override(text, overrides, where)
+            folder_name = string.Template(folder).substitute(mapping)
+            files[f"{folder_name}/{_substitute(path.name, names, where)}"] = text
+    return files
+
+
+def _template_files(names: Names) -> dict[str, str]:
+    files: dict[str, str] = {}
+    mapping = names.mapping()
+    for path in sorted(p for p in TEMPLATE_DIR.rglob("*") if p.is_file()):
+        if "__pycache__" in path.parts:
+            continue
+        rel = path.relative_to(TEMPLATE_DIR).as_posix()
+        text = path.read_text()
+        if rel.endswith(".tmpl"):
+            rel = rel[:-len(".tmpl")]
+            try:
+                text = string.Template(text).substitute(mapping)
+            except (KeyError, ValueError) as exc:
+                raise TemplateError(f"template {path}: bad placeholder {exc}") from None
+        files[string.Template(rel).substitute(mapping)] = text
+    return files
+
+
+def render(names: Names) -> dict[str, str]:
+    """Every file of the package ``torch_<name>``: relative path -> text."""
+    files = _mock_files(names)
+    for rel, text in _template_files(names).items():
+        if rel in files:
+            raise TemplateError(f"{rel} is both a template file and rendered from the mock")
+        files[rel] = text
+    _check_sources_built(files, names)
+    return files
+
+
+def _check_sources_built(files: dict[str, str], names: Names) -> None:
+    """Every rendered C++ translation unit must be one setup.py compiles (and vice versa)."""
+    units = {rel for rel in files if rel.startswith("csrc/") and rel.endswith((".cpp", ".cc"))}
+    named = set(re.findall(r'"(csrc/[^"]+\.(?:cpp|cc))"', files["setup.py"]))
+    if units != named:
+        raise TemplateError(
+            f"setup.py of the template compiles {sorted(named)} but the mock's sources render to "
+            f"{sorted(units)}; update device_templates/cuda_like/setup.py.tmpl")
+
+
+def check_destination(dest: Path) -> None:
+    """``dest`` must be missing or an empty directory."""
+    if dest.exists() and not dest.is_dir():
+        raise TemplateError(f"{dest} exists and is not a directory; pass --dir with a new or "
+                            "empty directory")
+    if dest.is_dir():
+        entries = sorted(p.name for p in dest.iterdir())
+        if entries:
+            shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+            raise TemplateError(
+                f"directory {dest} is not empty ({len(entries)} entries: {shown}); accelkit new "
+                "writes only into a new or empty directory: pass another --dir")
+
+
+def create_package(name: str, dest: Path | None = None, cname: str | None = None
+                   ) -> tuple[Names, Path, list[Path]]:
+    """Validate, render and write ``torch_<name>`` into ``dest`` (default ``./torch_<name>``).
+    Returns the names, the folder and the files written. TemplateError: nothing written."""
+    names = Names.create(name, cname)
+    dest = Path(dest) if dest is not None else Path.cwd() / names.package
+    check_destination(dest)
+    files = render(names)
+    written = []
+    for rel, text in sorted(files.items()):
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        written.append(path)
+    return names, dest, written

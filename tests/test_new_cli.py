@@ -1,0 +1,190 @@
+"""``accelkit new``: input validation (message text, nothing written) and what it renders,
+without building (the build and conformance run are in test_templates.py). Issue #7."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from accelkit.device_templates import render
+
+from accelkit.cli import main
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+CORE_HEADERS = Path(render.__file__).resolve().parent.parent / "core" / "include" / "accelkit"
+
+
+def _new(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["new", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("name", "message"), [
+    ("My-Dev", "device name 'My-Dev' is not valid: use a lower-case Python identifier"),
+    ("Demo", "device name 'Demo' is not valid: use a lower-case Python identifier"),
+    ("1accel", "device name '1accel' is not valid"),
+    ("cuda", "device name 'cuda' is a device type built into torch"),
+    ("xpu", "device name 'xpu' is a device type built into torch"),
+    ("privateuseone", "device name 'privateuseone' is a device type built into torch"),
+    ("meta", "device name 'meta' is a device type built into torch"),
+    ("mock", "device name 'mock' is accelkit's own reference device"),
+    ("nn", "device name 'nn' is already an attribute of torch (torch.nn)"),
+    ("lambda", "device name 'lambda' is a Python keyword"),
+])
+def test_bad_device_name(tmp_path, capsys, name, message):
+    dest = tmp_path / "out"
+    code, out, err = _new(capsys, name, "--dir", str(dest))
+    assert code == 2
+    assert err.startswith("accelkit new: ")
+    assert message in err
+    assert out == ""
+    assert not dest.exists()
+
+
+@pytest.mark.parametrize(("cname", "message"), [
+    ("nccl", "collective backend name 'nccl' is taken by torch or accelkit"),
+    ("gloo", "collective backend name 'gloo' is taken by torch or accelkit"),
+    ("mpi", "collective backend name 'mpi' is taken"),
+    ("ucc", "collective backend name 'ucc' is taken"),
+    ("xccl", "collective backend name 'xccl' is taken"),
+    ("mccl", "collective backend name 'mccl' is taken"),
+    ("Bad-CCL", "collective backend name 'Bad-CCL' is not valid: use a lower-case Python "
+                "identifier"),
+    ("demo", "collective backend name 'demo' equals the device name"),
+    ("std", "collective backend name 'std' is reserved: it becomes a C++ namespace"),
+    ("class", "collective backend name 'class' is reserved"),
+])
+def test_bad_collective_name(tmp_path, capsys, cname, message):
+    dest = tmp_path / "out"
+    code, _, err = _new(capsys, "demo", "--dir", str(dest), "--collective-backend", cname)
+    assert code == 2
+    assert message in err
+    assert "e.g. 'democcl'" in err
+    assert not dest.exists()
+
+
+def test_directory_not_empty(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    code, _, err = _new(capsys, "demo", "--dir", str(tmp_path))
+    assert code == 2
+    assert f"directory {tmp_path} is not empty (1 entries: notes.txt)" in err
+    assert "pass another --dir" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_directory_is_a_file(tmp_path, capsys):
+    target = tmp_path / "file"
+    target.write_text("x")
+    code, _, err = _new(capsys, "demo", "--dir", str(target))
+    assert code == 2
+    assert f"{target} exists and is not a directory" in err
+    assert target.read_text() == "x"
+
+
+def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _new(capsys, "demo")
+    assert code == 0, err
+    dest = tmp_path / "torch_demo"
+    assert f"created torch_demo in {dest} (14 files): device 'demo', collective backend " \
+           "'democcl'" in out
+    files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
+    assert files == [
+        "MANIFEST.in", "README.md",
+        "csrc/demo_device.cpp", "csrc/demo_runtime.h", "csrc/democcl.cpp",
+        "csrc/democcl_reduce.h", "csrc/democcl_shm.h",
+        "pyproject.toml", "setup.py",
+        "torch_demo/__init__.py", "torch_demo/conformance_expectations.toml",
+        "torch_demo/democcl.py", "torch_demo_spec.py", "tox.ini"]
+
+
+def test_rendered_package(tmp_path, capsys):
+    dest = tmp_path / "pkg"
+    code, _, err = _new(capsys, "demo", "--dir", str(dest), "--collective-backend", "dccl")
+    assert code == 0, err
+    texts = {p.relative_to(dest).as_posix(): p.read_text() for p in dest.rglob("*")
+             if p.is_file()}
+    for rel, text in texts.items():
+        assert "${" not in text, f"unrendered placeholder in {rel}"
+        if rel.endswith(".py"):
+            ast.parse(text, rel)
+    # The vendor-replaceable parts are the mock's, renamed: nothing of mock/mccl is left
+    # (dccl.py's docstring says where it comes from).
+    for rel in ("csrc/demo_runtime.h", "csrc/demo_device.cpp", "csrc/dccl.cpp",
+                "csrc/dccl_shm.h", "csrc/dccl_reduce.h"):
+        assert not re.search("(?i)mock|mccl", texts[rel]), rel
+    assert not re.search("(?i)mock|mccl", texts["torch_demo/dccl.py"].split('"""', 2)[2])
+    assert "class DemoRuntime final : public accelkit::Runtime" in texts["csrc/demo_runtime.h"]
+    assert 'std::getenv("DEMO_DEVICES")' in texts["csrc/demo_runtime.h"]
+    assert '#include "demo_runtime.h"' in texts["csrc/demo_device.cpp"]
+    assert "#include <accelkit/device.h>" in texts["csrc/demo_device.cpp"]
+    assert "#include <accelkit/c10d/backend.h>" in texts["csrc/dccl.cpp"]
+    assert '"/dccl_"' in texts["csrc/dccl.cpp"]  # the /dev/shm segment prefix
+    assert "from torch_demo import _dccl" in texts["torch_demo/dccl.py"]
+    assert "load_extension" not in texts["torch_demo/dccl.py"]
+    # accelkit's C++ layer and device-module builder are used, not copied.
+    copied = {Path(rel).name for rel in texts} & {p.name for p in CORE_HEADERS.rglob("*.h")}
+    assert not copied
+    assert "include_dirs=INCLUDE_DIRS" in texts["setup.py"]
+    assert "INCLUDE_DIRS = [include_dir()]" in texts["setup.py"]
+    assert "CppExtension(\"torch_demo._C\", [\"csrc/demo_device.cpp\"]" in texts["setup.py"]
+    assert "CppExtension(\"torch_demo._dccl\", [\"csrc/dccl.cpp\"]" in texts["setup.py"]
+    init = texts["torch_demo/__init__.py"]
+    assert "device_module = build_device_module(DEVICE_NAME, _C)" in init
+    assert 'COLLECTIVE_BACKEND = "dccl"' in init
+    assert "creator=dccl.create_backend" in init
+
+    pyproject = tomllib.loads(texts["pyproject.toml"])
+    assert pyproject["build-system"]["requires"] == ["setuptools>=70.1", "torch", "accelkit"]
+    assert pyproject["project"]["name"] == "torch_demo"
+    eps = pyproject["project"]["entry-points"]
+    assert eps["torch.backends"] == {"demo": "torch_demo:_autoload"}
+    assert eps["accelkit.backends"] == {"demo": "torch_demo_spec:SPEC"}
+    assert "[testenv:conformance]" in texts["tox.ini"]
+    assert "accelkit conformance --backend demo --world-size 4" in texts["tox.ini"]
+    assert "pip install --no-build-isolation ." in texts["README.md"]
+
+
+def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
+    from accelkit.conformance.expectations import load
+
+    code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
+    assert code == 0, err
+    path = tmp_path / "pkg" / "torch_demo" / "conformance_expectations.toml"
+    assert tomllib.loads(path.read_text()) == {}
+    assert load(path, set(), "2.13.0") == {}
+
+
+def test_name_containing_mock_renders_once(tmp_path, capsys):
+    """Rendering replaces the mock's names in one pass: a device called 'mockup' is not
+    rendered again into 'mockupup'."""
+    code, _, err = _new(capsys, "mockup", "--dir", str(tmp_path / "pkg"))
+    assert code == 0, err
+    runtime = (tmp_path / "pkg" / "csrc" / "mockup_runtime.h").read_text()
+    assert "namespace torch_mockup {" in runtime
+    assert "mockupup" not in runtime
+    assert (tmp_path / "pkg" / "torch_mockup" / "mockupccl.py").exists()
+
+
+def test_uncovered_mock_name_stops_rendering():
+    """A spelling of the mock's name no token covers is an error naming file and line, so the
+    mock cannot grow a name the template would leak."""
+    names = render.Names.create("demo")
+    with pytest.raises(render.TemplateError,
+                       match=r"backends/mock/x\.h:2: 'MoCk' is not covered by the renderer's "
+                             r"tokens"):
+        render._substitute("// ok\n// MoCk device\n", names, "backends/mock/x.h")
+
+
+def test_missing_override_target_stops_rendering():
+    with pytest.raises(render.TemplateError,
+                       match=r"mccl\.py has no top-level extension, which the renderer replaces"):
+        render._override("x = 1\n", {"extension": "def extension(): pass"}, "mccl.py")
