@@ -4,7 +4,7 @@ gets pytest's own reports (``--junitxml``, ``-k``, ``-x``...). Issue #3.
 
 Without ``--accelkit-backend`` the plugin only declares its options: nothing is imported and
 no item is added, so ordinary pytest runs are unaffected. With it, items are named
-``accelkit::<check id>``, ordered by world size; one worker pool per world size is shared by
+``accelkit::<check id>`` (the JUnit test name is the check id), ordered by world size; one worker pool per world size is shared by
 its items and torn down at the end of the session (or when the next world size starts).
 Expectations become pytest markers: ``xfail`` -> ``pytest.mark.xfail(strict=--accelkit-strict)``,
 ``skip`` -> ``pytest.mark.skip``. FAIL, ERROR, TIMEOUT and CRASH fail the item with the per-rank
@@ -117,15 +117,20 @@ class _Conformance:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config, items) -> None:
+        added = []
         for check in self.selected:
-            item = CheckItem.from_parent(session, name=f"accelkit::{check.id}", check=check,
-                                         plugin=self)
+            item = CheckItem.from_parent(session, name=check.id, nodeid=f"accelkit::{check.id}",
+                                         check=check, plugin=self)
             exp = self.expectations.get(check.id)
             if exp is not None and exp.status == "xfail":
                 item.add_marker(pytest.mark.xfail(reason=exp.reason, strict=self.options.strict))
             elif exp is not None:
                 item.add_marker(pytest.mark.skip(reason=f"expected skip: {exp.reason}"))
-            items.append(item)
+            added.append(item)
+        items.extend(added)
+        # count them like collected files' items (the terminal's "N tests collected")
+        config.hook.pytest_collectreport(report=pytest.CollectReport(
+            "accelkit", "passed", None, result=added))
 
     def pytest_sessionfinish(self, session) -> None:
         if self._runner is not None:

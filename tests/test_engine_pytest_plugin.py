@@ -1,0 +1,73 @@
+"""The pytest plugin: inert without --accelkit-backend; with it, checks are pytest items whose
+outcomes and JUnit output are pytest's own (issue #3)."""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import engine_env  # noqa: E402
+
+PLUGIN_ARGS = ["--accelkit-checks-module", engine_env.CHECKS, "--accelkit-no-builtin-checks",
+               "-p", "no:cacheprovider"]
+
+
+def _pytest(tmp_path, *args):
+    env, marker = engine_env.new_env()
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = engine_env.run([sys.executable, "-m", "pytest", "-c", str(tmp_path / "pytest.ini"),
+                           "--rootdir", str(tmp_path), *args],
+                          env=env, cwd=tmp_path, timeout=300)
+    assert engine_env.marked_processes(marker) == []
+    return proc
+
+
+def test_inert_without_the_option(tmp_path):
+    code = ("import sys, pytest; rc = pytest.main(['-q', '--co', '-p', 'no:cacheprovider']); "
+            "print('LOADED', sorted(m for m in ('torch', 'accelkit.conformance.runner') "
+            "if m in sys.modules))")
+    env, _ = engine_env.new_env()
+    proc = engine_env.run([sys.executable, "-c", code], env=env, cwd=tmp_path, timeout=120)
+    assert "LOADED []" in proc.stdout, proc.stdout + proc.stderr
+    help_text = engine_env.run([sys.executable, "-m", "pytest", "--help"], env=env,
+                               cwd=tmp_path, timeout=120).stdout
+    assert "--accelkit-backend=NAME" in help_text
+
+
+def test_collect_only_lists_checks_without_starting_a_pool(tmp_path):
+    proc = _pytest(tmp_path, "--accelkit-backend", "cpu", *PLUGIN_ARGS, "--co", "-q",
+                   "--accelkit-world-size", "2")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[:6] == [
+        f"accelkit::fixture.{name}"
+        for name in ("broadcast", "fail_rank1", "raises", "hangs", "exits_rank1", "segv_rank0")]
+    assert "accelkit::fixture.all_reduce" not in proc.stdout  # 4 ranks: not selected
+    assert "6 tests collected" in proc.stdout
+
+
+def test_checks_run_as_items_with_pytest_outcomes_and_junit(tmp_path):
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[checks."fixture.raises"]\nstatus = "xfail"\nreason = "raises on purpose"\n')
+    junit = tmp_path / "junit.xml"
+    proc = _pytest(tmp_path, "--accelkit-backend", "cpu", *PLUGIN_ARGS,
+                   "--accelkit-expectations", str(exp), "-k", "broadcast or fail_rank1 or raises",
+                   f"--junitxml={junit}", "-rA")
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "1 failed, 1 passed, 12 deselected, 1 xfailed" in out
+    assert "FAIL: fixture.fail_rank1 on 2 ranks" in out
+    assert "rank 1: AssertionError: rank 1 disagrees: sum=2" in out
+    cases = {c.attrib["name"]: c for c in ET.parse(junit).getroot().iter("testcase")}
+    assert set(cases) == {"fixture.broadcast", "fixture.fail_rank1", "fixture.raises"}
+    assert {c.attrib["classname"] for c in cases.values()} == {"accelkit"}
+    assert "rank 1 disagrees" in cases["fixture.fail_rank1"].find("failure").attrib["message"]
+    assert cases["fixture.raises"].find("skipped").attrib["type"] == "pytest.xfail"
+    assert list(cases["fixture.broadcast"]) == []
+
+
+def test_bad_option_is_a_usage_error(tmp_path):
+    proc = _pytest(tmp_path, "--accelkit-backend", "nope", *PLUGIN_ARGS, "--co", "-q")
+    assert proc.returncode == 4
+    assert "accelkit: unknown backend 'nope'; known backends:" in proc.stderr
