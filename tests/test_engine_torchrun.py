@@ -1,0 +1,64 @@
+"""torchrun mode on one machine: `torchrun --standalone --nproc-per-node 2 -m
+accelkit.conformance` runs checks on the launch's ranks, rank 0 writes the reports; a hang or a
+dead rank stops the launch with a report and a non-zero exit (issue #3)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import engine_env  # noqa: E402
+
+
+def _torchrun(tmp_path, *select):
+    env, marker = engine_env.new_env()
+    torchrun = shutil.which("torchrun") or "torchrun"
+    proc = engine_env.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
+         "--backend", "cpu", "--checks-module", engine_env.CHECKS, "--no-builtin-checks",
+         "--report-dir", str(tmp_path), *select], env=env, timeout=300)
+    assert engine_env.marked_processes(marker) == []
+    report = json.loads((tmp_path / "report.json").read_text())
+    return proc, report, {c["id"]: c for c in report["checks"]}
+
+
+def test_checks_run_on_the_launch_and_a_hang_stops_it_with_a_report(tmp_path):
+    proc, report, checks = _torchrun(
+        tmp_path, "-k", "fixture.broadcast", "-k", "fail_rank1", "-k", "raises", "-k", "hangs",
+        "-k", "exits_rank1", "-k", "fixture.all_reduce")
+    assert proc.returncode != 0
+    assert report["mode"] == "torchrun"
+    assert {cid: c["outcome"] for cid, c in checks.items()} == {
+        "fixture.broadcast": "pass", "fixture.fail_rank1": "fail", "fixture.raises": "error",
+        "fixture.hangs": "timeout"}
+    assert checks["fixture.fail_rank1"]["reason"] == "rank 1: AssertionError: rank 1 disagrees: sum=2"
+    assert checks["fixture.hangs"]["reason"] == "rank 1: no answer within 3 s"
+    assert report["aborted"] == ("TIMEOUT in fixture.hangs; 2 check(s) not run: "
+                                 "fixture.exits_rank1, fixture.all_reduce")
+    assert "ABORTED: TIMEOUT in fixture.hangs" in proc.stdout
+    assert "[4/6] TIMEOUT" in proc.stdout
+
+
+def test_dead_rank_stops_the_launch_with_a_crash_report(tmp_path):
+    proc, report, checks = _torchrun(tmp_path, "-k", "fixture.broadcast", "-k", "exits_rank1",
+                                     "-k", "fixture.all_reduce")
+    assert proc.returncode != 0
+    assert checks["fixture.broadcast"]["outcome"] == "pass"
+    crash = checks["fixture.exits_rank1"]
+    assert crash["outcome"] == "crash"
+    assert crash["ranks"][1]["status"] == "crash"
+    assert "launch stopped (SIGTERM from torchrun)" in crash["reason"]
+    assert report["aborted"].startswith("launch stopped during fixture.exits_rank1")
+
+
+def test_checks_for_another_world_size_are_skipped(tmp_path):
+    proc, report, checks = _torchrun(tmp_path, "-k", "fixture.broadcast", "-k",
+                                     "fixture.all_reduce")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert checks["fixture.broadcast"]["outcome"] == "pass"
+    assert checks["fixture.all_reduce"]["reason"].startswith(
+        "written for 4 ranks; this launch has 2")
+    assert report["aborted"] is None
