@@ -188,3 +188,17 @@ def test_missing_override_target_stops_rendering():
     with pytest.raises(render.TemplateError,
                        match=r"mccl\.py has no top-level extension, which the renderer replaces"):
         render._override("x = 1\n", {"extension": "def extension(): pass"}, "mccl.py")
+
+
+def test_porting_guide_names_existing_checks():
+    """Every check id docs/porting.md cites is in the catalogue (no stale references)."""
+    from accelkit.conformance.api import CHECKS
+    from accelkit.conformance.checks import load_all
+
+    load_all()
+    guide = (Path(render.__file__).resolve().parent.parent / "docs" / "porting.md").read_text()
+    areas = {check_id.split(".")[0] for check_id in CHECKS}
+    pattern = "`((?:" + "|".join(sorted(areas)) + r")\.[a-z0-9_]+)`"
+    cited = set(re.findall(pattern, guide))
+    assert cited, "the guide cites no check"
+    assert not cited - set(CHECKS), f"unknown check ids in docs/porting.md: {cited - set(CHECKS)}"
