@@ -76,8 +76,20 @@ def load_extension(name: str, sources: Sequence[str | os.PathLike], *,
     module = cpp.load(name=name, sources=[str(s) for s in srcs], extra_include_paths=includes,
                       extra_cflags=flags, build_directory=str(build_dir), verbose=False)
     (build_dir / "ok").write_text(f"{time.monotonic() - start:.1f}s {suffix}\n")
+    _prune(name, keep=build_dir)
     print(f"accelkit: built {name!r} in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     return module
+
+
+def _prune(name: str, keep: Path, retain: int = 3) -> None:
+    """Remove all but the ``retain`` newest other builds of ``name`` (edited sources or an
+    upgraded torch leave old ones behind). A process still using one keeps its mapping."""
+    import shutil
+
+    others = sorted((p for p in cache_root().glob(f"{name}-*") if p.is_dir() and p != keep),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in others[retain - 1:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _torch_version() -> str:
