@@ -67,7 +67,8 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   c10::DataPtr adopt(c10::intrusive_ptr<c10::StorageImpl> owner, int device) {
     const size_t nbytes = owner->nbytes();
     void* data = owner->mutable_data();
-    if (nbytes > 0) reserve(device, nbytes);
+    if (nbytes == 0) return {data, nullptr, &delete_block, c10::Device(kDeviceType, device)};
+    reserve(device, nbytes);
     auto* block = new Block{data, nbytes, device, std::move(owner)};
     return {data, block, &delete_block, c10::Device(kDeviceType, device)};
   }

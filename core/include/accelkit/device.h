@@ -47,6 +47,8 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_copy_from", TORCH_FN(kernels::copy_from));
   m.impl("_copy_from_and_resize", TORCH_FN(kernels::copy_from_and_resize));
   m.impl("_local_scalar_dense", TORCH_FN(kernels::local_scalar_dense));
+  m.impl("convolution_overrideable", TORCH_FN(kernels::convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(kernels::convolution_backward));
 
   m.impl("uniform_", TORCH_FN(random::uniform_));
   m.impl("normal_", TORCH_FN(random::normal_));
@@ -63,6 +65,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("random_.from", TORCH_FN(random::random_from));
   m.impl("random_.to", TORCH_FN(random::random_to));
   m.impl("native_dropout", TORCH_FN(random::native_dropout));
+}
+
+// The conjugate/negative-bit fallbacks would materialize a lazily conjugated source of
+// _copy_from by cloning it, and the clone copies through _copy_from again (endless recursion,
+// CPU and CUDA never call _copy_from). copy_from handles the bits itself.
+TORCH_LIBRARY_IMPL(aten, Conjugate, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+TORCH_LIBRARY_IMPL(aten, Negative, m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {

@@ -223,7 +223,13 @@ inline void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
   GeneratorSwap swap;
   swap_generators(schema, *stack, first, device, swap);
 
-  if (!runtime().host_accessible()) {
+  // View ops only compute metadata: they take the zero-copy path on every runtime (the CPU
+  // kernel never reads the memory), so views of device tensors stay views.
+  bool view_op = false;
+  for (const auto& ret : schema.returns()) {
+    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) view_op = true;
+  }
+  if (!runtime().host_accessible() && !view_op) {
     at::native::cpu_fallback(op, stack);
     const size_t nret = schema.returns().size();
     if (factory) {  // cpu_fallback moves results to the device of a tensor argument only

@@ -61,6 +61,20 @@ inline at::Tensor device_tensor(c10::Storage storage, const at::Tensor& cpu_like
                               cpu_like.sizes(), cpu_like.strides(), cpu_like.storage_offset()));
 }
 
+// The CPU tensor a native kernel computes on: a view of the same memory when the runtime is
+// host-accessible, else a host copy.
+inline at::Tensor to_cpu(const at::Tensor& t) {
+  if (!is_device(t)) return t;
+  return runtime().host_accessible() ? host_view(t) : t.cpu();
+}
+
+// A fresh CPU result as a device tensor: adopted (no copy) or copied to the device.
+inline at::Tensor from_cpu(const at::Tensor& t, int device) {
+  if (!t.defined()) return t;
+  if (runtime().host_accessible()) return device_tensor(adopt_storage(t.storage(), device), t);
+  return t.to(c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(device)));
+}
+
 // Grow or shrink a device storage to `nbytes`, keeping min(old, new) bytes (storage resize,
 // resize_, set_). Raises the allocator's OutOfMemoryError if over capacity.
 inline void resize_bytes(c10::StorageImpl* storage, size_t nbytes) {

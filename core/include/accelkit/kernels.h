@@ -73,10 +73,14 @@ inline const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
   }
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
-  if (self.sizes() != size) impl->set_sizes_contiguous(size);
-  const auto fmt = memory_format.value_or(at::MemoryFormat::Contiguous);
-  TORCH_CHECK(fmt != at::MemoryFormat::Preserve, "Unsupported memory format ", fmt);
-  impl->empty_tensor_restride(fmt);
+  // As resize_impl_cpu_: same sizes and no memory format keep the strides (views stay views).
+  if (self.sizes() == size && !memory_format.has_value()) return self;
+  impl->set_sizes_contiguous(size);
+  if (memory_format.has_value()) {
+    TORCH_CHECK(*memory_format != at::MemoryFormat::Preserve, "Unsupported memory format ",
+                *memory_format);
+    impl->empty_tensor_restride(*memory_format);
+  }
   ensure_storage(self);
   return self;
 }
@@ -186,6 +190,32 @@ inline at::Scalar local_scalar_dense(const at::Tensor& self) {
                      self.storage_offset() * self.dtype().itemsize(),
                  self.device().index(), self.dtype().itemsize());
   return at::_local_scalar_dense(one);
+}
+
+// Convolutions: torch sends every non-CPU/CUDA backend to the *_overrideable ops, which have
+// no CPU kernel to fall back to; run the CPU convolution on host tensors.
+inline at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
+                              const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                              c10::IntArrayRef padding, c10::IntArrayRef dilation,
+                              bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
+  std::optional<at::Tensor> host_bias;
+  if (bias.has_value() && bias->defined()) host_bias = to_cpu(*bias);
+  return from_cpu(at::convolution(to_cpu(input), to_cpu(weight), host_bias, stride, padding,
+                                  dilation, transposed, output_padding, groups),
+                  input.device().index());
+}
+
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
+    bool transposed, c10::IntArrayRef output_padding, int64_t groups,
+    std::array<bool, 3> output_mask) {
+  const int64_t bias_size[] = {grad_output.size(1)};
+  auto [gi, gw, gb] = at::convolution_backward(
+      to_cpu(grad_output), to_cpu(input), to_cpu(weight), c10::IntArrayRef(bias_size), stride,
+      padding, dilation, transposed, output_padding, groups, output_mask);
+  const int device = input.device().index();
+  return {from_cpu(gi, device), from_cpu(gw, device), from_cpu(gb, device)};
 }
 
 }  // namespace accelkit::kernels

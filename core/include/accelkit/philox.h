@@ -18,46 +18,115 @@ namespace accelkit::philox {
 constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
 constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 
-// Blocks generated per batch: the round loop runs over this many independent counters,
-// which the compiler vectorizes (32x32->64 multiplies).
-constexpr int kBatch = 16;
-
 // Fill out[0 .. 4*nblocks) with blocks first_block, first_block+1, ... (lane-interleaved).
-inline void blocks(uint64_t key, uint64_t first_block, int64_t nblocks, uint32_t* out) {
-  const uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  for (int64_t base = 0; base < nblocks; base += kBatch) {
-    uint32_t c0[kBatch], c1[kBatch], c2[kBatch], c3[kBatch];
-    for (int j = 0; j < kBatch; ++j) {
-      const uint64_t ctr = first_block + static_cast<uint64_t>(base + j);
-      c0[j] = static_cast<uint32_t>(ctr);
-      c1[j] = static_cast<uint32_t>(ctr >> 32);
-      c2[j] = 0;
-      c3[j] = 0;
-    }
-    uint32_t a = k0, b = k1;
+// Scalar reference; blocks() below uses SSE2/AVX2 when the CPU has them (same values).
+inline void blocks_scalar(uint64_t key, uint64_t first_block, int64_t nblocks, uint32_t* out) {
+  for (int64_t b = 0; b < nblocks; ++b) {
+    const uint64_t ctr = first_block + static_cast<uint64_t>(b);
+    uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0,
+             c3 = 0;
+    uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
     for (int round = 0; round < 10; ++round) {
-      for (int j = 0; j < kBatch; ++j) {
-        const uint64_t p0 = static_cast<uint64_t>(kM0) * c0[j];
-        const uint64_t p1 = static_cast<uint64_t>(kM1) * c2[j];
-        const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ a;
-        const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ b;
-        c1[j] = static_cast<uint32_t>(p1);
-        c3[j] = static_cast<uint32_t>(p0);
-        c0[j] = n0;
-        c2[j] = n2;
-      }
-      a += kW0;
-      b += kW1;
+      const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
+      const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+      c1 = static_cast<uint32_t>(p1);
+      c3 = static_cast<uint32_t>(p0);
+      c0 = n0;
+      c2 = n2;
+      k0 += kW0;
+      k1 += kW1;
     }
-    const int64_t n = nblocks - base < kBatch ? nblocks - base : kBatch;
-    uint32_t* dst = out + 4 * base;
-    for (int j = 0; j < n; ++j) {
-      dst[4 * j] = c0[j];
-      dst[4 * j + 1] = c1[j];
-      dst[4 * j + 2] = c2[j];
-      dst[4 * j + 3] = c3[j];
-    }
+    out[4 * b] = c0;
+    out[4 * b + 1] = c1;
+    out[4 * b + 2] = c2;
+    out[4 * b + 3] = c3;
   }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define ACCELKIT_PHILOX_SIMD 1
+
+// W blocks at once in vector registers; V is __m128i (W=4) or __m256i (W=8).
+#define ACCELKIT_PHILOX_SIMD_BODY(V, W, SET1, ADD, XOR, AND, OR, SRLI64, SLLI64, MUL, LOADU,   \
+                                  STOREU)                                                     \
+  const V m0 = SET1(static_cast<int>(kM0)), m1 = SET1(static_cast<int>(kM1));                 \
+  const V lo_mask = SRLI64(SET1(-1), 32);                                                     \
+  const V hi_mask = SLLI64(SET1(-1), 32);                                                     \
+  const int64_t full = nblocks / W * W;                                                       \
+  alignas(32) uint32_t lo[W], hi[W], r0[W], r1[W], r2[W], r3[W];                              \
+  for (int64_t base = 0; base < full; base += W) {                                            \
+    for (int j = 0; j < W; ++j) {                                                             \
+      const uint64_t ctr = first_block + static_cast<uint64_t>(base + j);                     \
+      lo[j] = static_cast<uint32_t>(ctr);                                                     \
+      hi[j] = static_cast<uint32_t>(ctr >> 32);                                               \
+    }                                                                                         \
+    V c0 = LOADU(reinterpret_cast<const V*>(lo)), c1 = LOADU(reinterpret_cast<const V*>(hi));  \
+    V c2 = SET1(0), c3 = SET1(0);                                                             \
+    uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);          \
+    for (int round = 0; round < 10; ++round) {                                                \
+      const V pe0 = MUL(c0, m0), po0 = MUL(SRLI64(c0, 32), m0);                               \
+      const V pe1 = MUL(c2, m1), po1 = MUL(SRLI64(c2, 32), m1);                               \
+      const V lo0 = OR(AND(pe0, lo_mask), SLLI64(po0, 32));                                   \
+      const V hi0 = OR(SRLI64(pe0, 32), AND(po0, hi_mask));                                   \
+      const V lo1 = OR(AND(pe1, lo_mask), SLLI64(po1, 32));                                   \
+      const V hi1 = OR(SRLI64(pe1, 32), AND(po1, hi_mask));                                   \
+      const V n0 = XOR(XOR(hi1, c1), SET1(static_cast<int>(k0)));                             \
+      const V n2 = XOR(XOR(hi0, c3), SET1(static_cast<int>(k1)));                             \
+      c1 = lo1;                                                                               \
+      c3 = lo0;                                                                               \
+      c0 = n0;                                                                                \
+      c2 = n2;                                                                                \
+      k0 += kW0;                                                                              \
+      k1 += kW1;                                                                              \
+    }                                                                                         \
+    STOREU(reinterpret_cast<V*>(r0), c0);                                                     \
+    STOREU(reinterpret_cast<V*>(r1), c1);                                                     \
+    STOREU(reinterpret_cast<V*>(r2), c2);                                                     \
+    STOREU(reinterpret_cast<V*>(r3), c3);                                                     \
+    uint32_t* dst = out + 4 * base;                                                           \
+    for (int j = 0; j < W; ++j) {                                                             \
+      dst[4 * j] = r0[j];                                                                     \
+      dst[4 * j + 1] = r1[j];                                                                 \
+      dst[4 * j + 2] = r2[j];                                                                 \
+      dst[4 * j + 3] = r3[j];                                                                 \
+    }                                                                                         \
+  }                                                                                           \
+  blocks_scalar(key, first_block + static_cast<uint64_t>(full), nblocks - full, out + 4 * full);
+
+}  // namespace accelkit::philox
+#include <immintrin.h>
+namespace accelkit::philox {
+
+__attribute__((target("sse2"))) inline void blocks_sse2(uint64_t key, uint64_t first_block,
+                                                        int64_t nblocks, uint32_t* out) {
+  ACCELKIT_PHILOX_SIMD_BODY(__m128i, 4, _mm_set1_epi32, _mm_add_epi32, _mm_xor_si128,
+                            _mm_and_si128, _mm_or_si128, _mm_srli_epi64, _mm_slli_epi64,
+                            _mm_mul_epu32, _mm_loadu_si128, _mm_storeu_si128)
+}
+
+__attribute__((target("avx2"))) inline void blocks_avx2(uint64_t key, uint64_t first_block,
+                                                        int64_t nblocks, uint32_t* out) {
+  ACCELKIT_PHILOX_SIMD_BODY(__m256i, 8, _mm256_set1_epi32, _mm256_add_epi32, _mm256_xor_si256,
+                            _mm256_and_si256, _mm256_or_si256, _mm256_srli_epi64,
+                            _mm256_slli_epi64, _mm256_mul_epu32, _mm256_loadu_si256,
+                            _mm256_storeu_si256)
+}
+#undef ACCELKIT_PHILOX_SIMD_BODY
+#endif
+
+inline void blocks(uint64_t key, uint64_t first_block, int64_t nblocks, uint32_t* out) {
+#ifdef ACCELKIT_PHILOX_SIMD
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    blocks_avx2(key, first_block, nblocks, out);
+  } else {
+    blocks_sse2(key, first_block, nblocks, out);
+  }
+#else
+  blocks_scalar(key, first_block, nblocks, out);
+#endif
 }
 
 // Keys of the separate streams: one per words-per-element count, so kernels that consume
@@ -74,7 +143,7 @@ template <int M, typename F>
 inline void for_each_element(uint64_t seed, uint64_t offset, int64_t n, F&& f) {
   static_assert(M == 1 || M == 2 || M == 4, "1, 2 or 4 words per element");
   constexpr int64_t kChunk = 1024;  // elements per chunk
-  alignas(64) uint32_t buf[kChunk * M + 4 + 4 * kBatch];
+  alignas(64) uint32_t buf[kChunk * M + 8];
   const uint64_t key = stream_key(seed, M);
   for (int64_t start = 0; start < n; start += kChunk) {
     const int64_t count = n - start < kChunk ? n - start : kChunk;

@@ -1,0 +1,222 @@
+"""The mock device's ops against the CPU: the zero-copy fallback (elementwise, reductions,
+views, indexing, matmul, in-place, out=, non-contiguous inputs), copies and autograd
+(issue #4). The module registers the mock, so it runs in a pytest subprocess of its own; with
+ACCELKIT_MOCK_HOST_ACCESSIBLE=0 it runs a second time through the copying paths a discrete
+device takes (at::native::cpu_fallback, staged copies)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+INNER = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
+
+if not INNER:
+    @pytest.mark.parametrize("host_accessible", ["1", "0"])
+    def test_in_own_process(host_accessible):
+        """Registering the mock claims PrivateUse1 for the whole process: run this module's
+        tests in a fresh interpreter (zero-copy, then copying runtime paths)."""
+        env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
+               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_HOST_ACCESSIBLE": host_accessible}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               __file__], env=env, capture_output=True, text=True, timeout=900,
+                              cwd=os.path.dirname(__file__))
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+else:
+    import accelkit.backends.mock  # noqa: F401
+    import torch
+
+    def _gen(*shape, dtype=torch.float32, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        if dtype.is_floating_point:
+            return torch.randn(*shape, generator=g).to(dtype)
+        return torch.randint(-5, 6, shape, generator=g).to(dtype)
+
+    def _same(mock_result, cpu_result):
+        if isinstance(cpu_result, (tuple, list)):
+            assert len(mock_result) == len(cpu_result)
+            for m, c in zip(mock_result, cpu_result, strict=True):
+                _same(m, c)
+            return
+        if not isinstance(cpu_result, torch.Tensor):
+            assert mock_result == cpu_result
+            return
+        assert mock_result.device.type == "mock", f"result on {mock_result.device}"
+        assert mock_result.dtype == cpu_result.dtype
+        assert mock_result.shape == cpu_result.shape
+        assert mock_result.stride() == cpu_result.stride()
+        torch.testing.assert_close(mock_result.cpu(), cpu_result, equal_nan=True)
+
+    A = _gen(6, 5)
+    B = _gen(6, 5, seed=1)
+    V = _gen(5, seed=2)
+    M = _gen(5, 7, seed=3)
+    IDX = torch.tensor([0, 3, 1])
+    I32 = _gen(6, 5, dtype=torch.int32)
+
+    # (name, fn(*tensors), inputs) — fn runs once on CPU tensors and once on mock copies.
+    CASES = [
+        ("add", lambda a, b: a + b, (A, B)),
+        ("add_alpha", lambda a, b: torch.add(a, b, alpha=2.5), (A, B)),
+        ("sub_broadcast", lambda a, v: a - v, (A, V)),
+        ("mul_scalar", lambda a: a * 3, (A,)),
+        ("div", lambda a, b: a / b, (A, B)),
+        ("pow", lambda a: a.abs().pow(1.5), (A,)),
+        ("exp_log", lambda a: a.exp().log1p(), (A,)),
+        ("sin_tanh", lambda a: torch.tanh(torch.sin(a)), (A,)),
+        ("where", lambda a, b: torch.where(a > 0, a, b), (A, B)),
+        ("clamp", lambda a: a.clamp(-0.5, 0.5), (A,)),
+        ("int_ops", lambda i: (i * 3 + 1) // 2, (I32,)),
+        ("bitwise", lambda i: (i & 3) | (i ^ 1), (I32,)),
+        ("to_half", lambda a: a.half() * 2, (A,)),
+        ("to_double", lambda a: a.double().sqrt(), (A,)),
+        ("bf16_add", lambda a, b: a.bfloat16() + b.bfloat16(), (A, B)),
+        ("compare", lambda a, b: a >= b, (A, B)),
+        ("sum_dim", lambda a: a.sum(1), (A,)),
+        ("mean_keepdim", lambda a: a.mean(0, keepdim=True), (A,)),
+        ("max_dim", lambda a: a.max(1), (A,)),
+        ("argmin", lambda a: a.argmin(), (A,)),
+        ("var_std", lambda a: (a.var(0), a.std(1)), (A,)),
+        ("cumsum", lambda a: a.cumsum(1), (A,)),
+        ("sort", lambda a: a.sort(1), (A,)),
+        ("topk", lambda a: a.topk(2, dim=1), (A,)),
+        ("softmax", lambda a: torch.softmax(a, -1), (A,)),
+        ("log_softmax", lambda a: torch.log_softmax(a, 0), (A,)),
+        ("norm", lambda a: torch.linalg.vector_norm(a, dim=1), (A,)),
+        ("mm", lambda a, m: a @ m, (A, M)),
+        ("bmm", lambda a: torch.bmm(a.reshape(2, 3, 5), a.reshape(2, 5, 3)), (A,)),
+        ("linear", lambda a, m: torch.nn.functional.linear(a, m.t(), m[0]), (A, M)),
+        ("addmm", lambda v, a, m: torch.addmm(v[:1].expand(6, 7).contiguous(), a, m), (V, A, M)),
+        ("transpose_contig", lambda a: a.t().contiguous(), (A,)),
+        ("view_reshape", lambda a: a.view(3, 10).reshape(10, 3), (A,)),
+        ("slice_step", lambda a: a[::2, 1::2] * 1, (A,)),
+        ("noncontig_add", lambda a, b: a.t() + b.t(), (A, B)),
+        ("noncontig_out", lambda a: a[:, ::2].exp(), (A,)),
+        ("narrow_select", lambda a: a.narrow(1, 1, 3).select(0, 2), (A,)),
+        ("unfold_view", lambda a: a.unfold(1, 2, 1), (A,)),
+        ("diagonal", lambda a: a.diagonal(), (A,)),
+        ("expand_add", lambda v: v.expand(4, 5) + 1, (V,)),
+        ("cat", lambda a, b: torch.cat([a, b], 1), (A, B)),
+        ("stack", lambda a, b: torch.stack([a, b]), (A, B)),
+        ("split", lambda a: [t * 1 for t in a.split(2)], (A,)),
+        ("chunk_views", lambda a: a.chunk(3, 1), (A,)),
+        ("index_select", lambda a, i: a.index_select(0, i), (A, IDX)),
+        ("gather", lambda a: a.gather(1, torch.zeros(6, 2, dtype=torch.long).to(a.device)), (A,)),
+        ("advanced_index", lambda a, i: a[i], (A, IDX)),
+        ("masked_select", lambda a: a[a > 0], (A,)),
+        ("nonzero", lambda a: (a > 0).nonzero(), (A,)),
+        ("scatter_add", lambda a, i: torch.zeros(4, 5, device=a.device).index_add_(
+            0, i, a[:3]), (A, IDX)),
+        ("flip_roll", lambda a: a.flip(0).roll(2, 1), (A,)),
+        ("tril", lambda a: a.tril(), (A,)),
+        ("conv2d", lambda a: torch.nn.functional.conv2d(
+            a.reshape(1, 1, 6, 5), a[:3, :3].reshape(1, 1, 3, 3)), (A,)),
+        ("layer_norm", lambda a: torch.nn.functional.layer_norm(a, (5,)), (A,)),
+        ("gelu_relu", lambda a: torch.nn.functional.gelu(a).relu(), (A,)),
+        ("cross_entropy", lambda a: torch.nn.functional.cross_entropy(
+            a, torch.tensor([0, 1, 2, 3, 4, 0]).to(a.device)), (A,)),
+        ("einsum", lambda a, m: torch.einsum("ij,jk->ik", a, m), (A, M)),
+        ("unique", lambda i: torch.unique(i), (I32,)),
+        ("complex_view", lambda a: torch.view_as_complex(a[:, :4].reshape(6, 2, 2).contiguous())
+         .abs(), (A,)),
+        ("zeros_like_fill", lambda a: torch.zeros_like(a).fill_(2.5), (A,)),
+        ("arange_factory", lambda a: torch.arange(10, device=a.device) * 2, (A,)),
+        ("full_factory", lambda a: torch.full((3, 2), 7.0, device=a.device), (A,)),
+        ("eye_factory", lambda a: torch.eye(4, device=a.device), (A,)),
+        ("linspace_factory", lambda a: torch.linspace(0, 1, 5, device=a.device), (A,)),
+        ("equal", lambda a, b: torch.equal(a, b), (A, A)),
+        ("allclose", lambda a, b: torch.allclose(a, b), (A, B)),
+        ("item", lambda a: a[1, 2].item(), (A,)),
+        ("tolist", lambda v: v.tolist(), (V,)),
+    ]
+
+    @pytest.mark.parametrize("name,fn,inputs", CASES, ids=[c[0] for c in CASES])
+    def test_op_matches_cpu(name, fn, inputs):
+        expected = fn(*[t.clone() for t in inputs])
+        got = fn(*[t.to("mock") for t in inputs])
+        _same(got, expected)
+
+    def test_inplace_writes_through_views():
+        base_cpu, base = A.clone(), A.to("mock")
+        base_cpu[:, 1::2].mul_(10)
+        view = base[:, 1::2]
+        result = view.mul_(10)
+        assert result is view
+        _same(base, base_cpu)
+        base_cpu.t()[2].add_(1)
+        base.t()[2].add_(1)
+        _same(base, base_cpu)
+
+    def test_inplace_keeps_storage_and_identity():
+        x = A.to("mock")
+        ptr = x.data_ptr()
+        y = x.add_(1).relu_()
+        assert y is x and x.data_ptr() == ptr
+        _same(x, (A + 1).relu())
+
+    def test_out_argument_resized_and_in_place():
+        out = torch.empty(0, device="mock")
+        res = torch.add(A.to("mock"), B.to("mock"), out=out)
+        assert res is out
+        _same(out, A + B)
+        exact = torch.empty(6, 5, device="mock")
+        ptr = exact.data_ptr()
+        torch.mul(A.to("mock"), 2, out=exact)
+        assert exact.data_ptr() == ptr
+        _same(exact, A * 2)
+        strided = torch.zeros(6, 10, device="mock")[:, ::2]
+        torch.sub(A.to("mock"), 1, out=strided)
+        assert strided.stride() == (10, 2)
+        torch.testing.assert_close(strided.cpu(), A - 1)
+        vals, idx = torch.empty(0, device="mock"), torch.empty(0, dtype=torch.long, device="mock")
+        torch.max(A.to("mock"), 1, out=(vals, idx))
+        _same((vals, idx), A.max(1))
+
+    def test_view_of_fallback_output_shares_memory():
+        x = A.to("mock")
+        u = x.unfold(1, 2, 1)
+        assert u.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        x.zero_()
+        assert u.abs().sum().item() == 0
+
+    def test_copies_all_directions_and_dtypes():
+        x = A.to("mock")
+        _same(x.to("mock:1"), A)
+        assert x.to("mock:1").device == torch.device("mock:1")
+        _same(x.to(torch.float64), A.double())
+        _same(x.t().to("cpu").to("mock"), A.t())
+        dst = torch.zeros(5, 6, device="mock")
+        dst.copy_(A.t())
+        _same(dst, A.t().contiguous())
+        dst2 = torch.zeros(10, 6, device="mock")[::2]
+        dst2.copy_(x.t())
+        torch.testing.assert_close(dst2.cpu(), A.t())
+        assert torch.equal(x.t().cpu(), A.t())
+        conj = torch.complex(A, B).to("mock").conj()
+        torch.testing.assert_close(conj.cpu(), torch.complex(A, B).conj())
+
+    def test_autograd_through_mock():
+        w_cpu = M.clone().requires_grad_()
+        w = M.to("mock").requires_grad_()
+        for weight, x in ((w_cpu, A), (w, A.to("mock"))):
+            torch.nn.functional.gelu(x @ weight).pow(2).sum().backward()
+        assert w.grad.device.type == "mock"
+        torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
+
+    def test_module_training_step():
+        torch.manual_seed(0)
+        model_cpu = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        model = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+        model.load_state_dict(model_cpu.state_dict())
+        model.to("mock")
+        for mdl, x in ((model_cpu, A), (model, A.to("mock"))):
+            opt = torch.optim.SGD(mdl.parameters(), lr=0.1, momentum=0.9)
+            for _ in range(2):
+                opt.zero_grad()
+                mdl(x).square().mean().backward()
+                opt.step()
+        for p_cpu, p in zip(model_cpu.parameters(), model.parameters(), strict=True):
+            torch.testing.assert_close(p.cpu(), p_cpu)
