@@ -1,0 +1,253 @@
+"""The mock device itself (issue #4): registration and autoload, device count and index
+errors, device mismatch errors, the allocator (capacity, OOM, statistics), streams and
+events, torch.accelerator, pin_memory, storage resize, torch.save/torch.load.
+
+Tests that need a fresh interpreter (autoload, first use, environment variables) run a
+snippet each; the rest run in one pytest subprocess (the module registers the mock under
+PrivateUse1, which a process can do once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+INNER = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
+
+if not INNER:
+    from conftest import json_result, run_python
+
+    def test_in_own_process():
+        """Run this module's in-process tests in a fresh interpreter."""
+        env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
+               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_MEMORY": "64MiB"}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               __file__], env=env, capture_output=True, text=True, timeout=900,
+                              cwd=os.path.dirname(__file__))
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+    def test_autoload_only_when_asked():
+        code = """
+            import json, torch
+            out = {"has": hasattr(torch, "mock")}
+            if out["has"]:
+                x = torch.ones(2, device=torch.device("mock:3"))
+                out.update(dev=str(x.device), owner=torch._C._get_privateuse1_backend_name())
+            print(json.dumps(out))
+        """
+        on = json_result(run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+                                               "ACCELKIT_AUTOLOAD": "mock"}))
+        assert on == {"has": True, "dev": "mock:3", "owner": "mock"}
+        off = json_result(run_python(code, env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+                                                "ACCELKIT_AUTOLOAD": ""}))
+        assert off == {"has": False}
+
+    def test_not_initialized_before_first_use():
+        out = json_result(run_python("""
+            import json, torch, accelkit.backends.mock
+            before = torch.mock.is_initialized()
+            torch.mock.manual_seed(3)           # seeding does not initialize (as CUDA)
+            seeded = torch.mock.is_initialized()
+            torch.ones(1, device="mock")
+            print(json.dumps([before, seeded, torch.mock.is_initialized()]))
+        """))
+        assert out == [False, False, True]
+
+    def test_privateuse1_taken_names_owner():
+        proc = run_python("""
+            import torch
+            torch.utils.rename_privateuse1_backend("vendorx")
+            import accelkit.backends.mock
+        """)
+        assert proc.returncode != 0
+        assert ("cannot register accelerator 'mock': PrivateUse1 is already renamed to "
+                "'vendorx' in this process") in proc.stderr
+
+    @pytest.mark.parametrize("var,value,message", [
+        ("ACCELKIT_MOCK_DEVICES", "abc", "ACCELKIT_MOCK_DEVICES=abc is not a device count: use an "
+                                         "integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
+        ("ACCELKIT_MOCK_MEMORY", "lots", "ACCELKIT_MOCK_MEMORY=lots is not a memory size: use bytes"
+                                         " with an optional unit, e.g. 8GiB, 512MiB, 64MB or "
+                                         "1000000"),
+    ])
+    def test_bad_configuration(var, value, message):
+        proc = run_python("import accelkit.backends.mock", env={var: value})
+        assert proc.returncode != 0
+        assert f"ValueError: {message}" in proc.stderr
+
+    def test_device_count_and_capacity_from_environment():
+        out = json_result(run_python("""
+            import json, torch, accelkit.backends.mock
+            print(json.dumps([torch.mock.device_count(), torch.accelerator.device_count(),
+                              torch.mock.mem_get_info(1)]))
+        """, env={"ACCELKIT_MOCK_DEVICES": "3", "ACCELKIT_MOCK_MEMORY": "1.5GiB"}))
+        assert out == [3, 3, [3 * 2**29, 3 * 2**29]]
+
+    def test_doctor_reports_no_findings():
+        proc = subprocess.run([sys.executable, "-m", "accelkit", "doctor", "mock"],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "0 ERROR, 0 WARNING" in proc.stdout
+else:
+    import io
+    import re
+
+    import accelkit.backends.mock  # noqa: F401
+    import torch
+
+    MiB = 2**20
+
+    def test_registered_as_accelerator():
+        assert torch._C._get_privateuse1_backend_name() == "mock"
+        assert torch.accelerator.current_accelerator() == torch.device("mock")
+        assert torch.accelerator.is_available()
+        assert torch.accelerator.device_count() == torch.mock.device_count() == 8
+        assert torch.mock.is_available()
+        assert torch.ones(1).mock().is_mock
+        assert torch.mock.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+
+    def test_current_device_per_thread_and_context():
+        import threading
+
+        torch.mock.set_device(2)
+        assert torch.mock.current_device() == 2 and torch.accelerator.current_device_index() == 2
+        assert torch.empty(1, device="mock").device == torch.device("mock:2")
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(torch.mock.current_device()))
+        t.start()
+        t.join()
+        assert seen == [0]  # a new thread starts on device 0, as CUDA
+        with torch.mock.device(5):
+            assert torch.mock.current_device() == 5
+        assert torch.mock.current_device() == 2
+        torch.accelerator.set_device_index(1)
+        assert torch.mock.current_device() == 1
+        torch.mock.set_device("mock:0")
+        assert torch.mock.current_device() == 0
+
+    @pytest.mark.parametrize("action", [
+        lambda: torch.empty(1, device="mock:8"),
+        lambda: torch.mock.set_device(8),
+        lambda: torch.ones(1).to("mock:99"),
+    ])
+    def test_invalid_index(action):
+        with pytest.raises(RuntimeError, match=re.escape(
+                "mock error: invalid device ordinal: device ") + r"\d+" + re.escape(
+                " requested but 8 mock devices are available (valid indices 0..7). Set "
+                "ACCELKIT_MOCK_DEVICES to change the number of mock devices.")):
+            action()
+
+    def test_device_mismatch_errors():
+        a = torch.ones(4, device="mock:0")
+        with pytest.raises(RuntimeError, match=re.escape(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                "mock:0 and cpu!")):
+            torch.add(a, torch.ones(4))
+        with pytest.raises(RuntimeError, match=re.escape(
+                "Expected all tensors to be on the same device, but found at least two devices, "
+                "mock:0 and mock:1!")):
+            torch.mul(a, torch.ones(4, device="mock:1"))
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            torch.ones(2, 4, device="mock") @ torch.ones(4, 2)
+        # 0-dim CPU tensors are scalars, as on CUDA; CPU index tensors are accepted by indexing.
+        assert (a * torch.tensor(2.0)).sum().item() == 8
+        assert a[torch.tensor([0, 2])].device == a.device
+
+    def test_oom_message_and_counters():
+        torch.mock.reset_accumulated_memory_stats(0)
+        keep = torch.empty(40 * MiB // 4, device="mock")  # capacity 64MiB in this process
+        with pytest.raises(torch.OutOfMemoryError, match=re.escape(
+                "mock out of memory. Tried to allocate 32.00 MiB. Device 0 has a total capacity "
+                "of 64.00 MiB of which ") + r"[\d.]+ MiB" + re.escape(
+                " is free. Of the allocated memory ") + r"[\d.]+ MiB" + re.escape(
+                " is allocated by PyTorch. Set ACCELKIT_MOCK_MEMORY (e.g. "
+                "ACCELKIT_MOCK_MEMORY=16GiB) to change the capacity of each mock device.")):
+            torch.empty(32 * MiB // 4, device="mock")
+        assert torch.mock.memory_stats()["num_ooms"] == 1
+        # The fallback's adopted outputs count too: a CPU kernel's result over capacity fails.
+        with pytest.raises(torch.OutOfMemoryError, match="mock out of memory"):
+            torch.cat([keep, keep])
+        del keep
+        assert torch.empty(40 * MiB // 4, device="mock:1").numel() == 10 * MiB  # per device
+
+    def test_memory_statistics_are_real():
+        torch.mock.synchronize()
+        base = torch.mock.memory_allocated()
+        torch.mock.reset_peak_memory_stats()
+        x = torch.empty(MiB // 4, device="mock")  # native allocation
+        y = x + 1  # fallback output, adopted
+        assert torch.mock.memory_allocated() == base + 2 * MiB
+        assert torch.accelerator.memory_allocated() == base + 2 * MiB
+        del x, y
+        assert torch.mock.memory_allocated() == base
+        assert torch.mock.max_memory_allocated() == base + 2 * MiB
+        assert torch.accelerator.max_memory_allocated() == base + 2 * MiB
+        stats = torch.mock.memory_stats()
+        assert stats["allocated_bytes.all.peak"] == base + 2 * MiB
+        assert stats == dict(sorted(stats.items()))
+        torch.mock.reset_peak_memory_stats()
+        assert torch.mock.max_memory_allocated() == base
+        assert torch.accelerator.memory_stats()["allocated_bytes.all.current"] == base
+        free, total = torch.mock.mem_get_info()
+        assert total == 64 * MiB and free == total - base
+
+    def test_streams_and_events():
+        s = torch.mock.Stream()
+        assert isinstance(s, torch.Stream) and isinstance(s, torch.mock.Stream)
+        assert s.device == torch.device("mock:0") and s.query()
+        default = torch.mock.current_stream()
+        assert default.stream_id == 0 and torch.accelerator.current_stream() == default
+        with torch.mock.stream(s):
+            assert torch.mock.current_stream() == s
+            assert torch.accelerator.current_stream() == s
+        assert torch.mock.current_stream() == default
+        start, end = torch.mock.Event(enable_timing=True), torch.Event(enable_timing=True)
+        start.record()
+        torch.ones(1000, device="mock").sum()
+        end.record()
+        end.synchronize()
+        assert start.query() and start.elapsed_time(end) >= 0
+        s.wait_event(end)
+        s.wait_stream(default)
+        s.synchronize()
+        plain = torch.mock.Event()
+        plain.record()
+        with pytest.raises(ValueError, match="Both events must be created with argument "
+                                             "'enable_timing=True'"):
+            plain.elapsed_time(end)
+        torch.accelerator.synchronize()
+
+    def test_pin_memory_and_storage_resize():
+        pinned = torch.arange(6.0).pin_memory()
+        assert pinned.is_pinned() and not torch.arange(6.0).is_pinned()
+        assert torch.equal(pinned.to("mock", non_blocking=True).cpu(), torch.arange(6.0))
+        x = torch.arange(4.0, device="mock")
+        st = x.untyped_storage()
+        st.resize_(64)
+        assert st.nbytes() == 64
+        assert torch.equal(x.cpu(), torch.arange(4.0))  # the first bytes are kept
+        y = torch.empty(0, device="mock")
+        y.resize_(3, 5)
+        assert y.shape == (3, 5) and y.untyped_storage().nbytes() == 60
+
+    def test_save_load_round_trip():
+        x = torch.randn(3, 4).to("mock:1")
+        buf = io.BytesIO()
+        torch.save({"x": x, "view": x[1:]}, buf)
+        buf.seek(0)
+        loaded = torch.load(buf)
+        assert loaded["x"].device == torch.device("mock:1")
+        assert torch.equal(loaded["x"].cpu(), x.cpu())
+        assert loaded["view"].untyped_storage().data_ptr() == loaded["x"].untyped_storage().data_ptr()
+        buf.seek(0)
+        on_cpu = torch.load(buf, map_location="cpu")
+        assert on_cpu["x"].device.type == "cpu" and torch.equal(on_cpu["x"], x.cpu())
+
+    def test_module_to_device_and_state_dict():
+        model = torch.nn.Linear(3, 2).to("mock")
+        assert all(p.device.type == "mock" for p in model.parameters())
+        sd = model.state_dict()
+        assert sd["weight"].device == torch.device("mock:0")
