@@ -81,6 +81,12 @@ class CheckResult:
     def area(self) -> str:
         return self.id.split(".", 1)[0]
 
+    def peak_mb(self, which: str) -> float | None:
+        """The largest per-rank peak (``"host"`` or ``"device"``), in MiB, or None."""
+        values = [getattr(r, f"peak_{which}_mb") for r in self.ranks]
+        values = [v for v in values if v is not None]
+        return max(values) if values else None
+
     @property
     def first_line(self) -> str:
         return self.reason.strip().splitlines()[0] if self.reason.strip() else ""

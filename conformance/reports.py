@@ -10,7 +10,7 @@ saw it), ``torch``, ``python``, ``host``, ``started``, ``duration_s``, ``world_s
 (torchrun mode: why the run stopped early, or null), ``mode`` (``pool`` or ``torchrun``), ``summary`` (counts per outcome + total), ``areas`` (counts and
 time per area), ``pool_starts`` (world size, seconds, why, worker pids) and ``checks``: id, area, world_size,
 requires, doc, outcome, actual (the outcome an expectation replaced), reason, duration_s,
-pool_start_s, expectation, ranks (rank, status, message, traceback, duration_s, peak_host_mb, peak_device_mb,
+pool_start_s, peak_host_mb / peak_device_mb (the largest rank's), expectation, ranks (rank, status, message, traceback, duration_s, peak_host_mb, peak_device_mb,
 returned, exit, log_tail).
 """
 
@@ -53,7 +53,8 @@ def to_json(report: RunReport) -> dict:
             "doc": check.doc if check else "",
             "outcome": r.outcome.value, "actual": r.actual.value if r.actual else None,
             "reason": r.reason, "duration_s": r.duration_s,
-            "pool_start_s": r.pool_start_s, "expectation": r.expectation,
+            "pool_start_s": r.pool_start_s, "peak_host_mb": r.peak_mb("host"),
+            "peak_device_mb": r.peak_mb("device"), "expectation": r.expectation,
             "ranks": [rank.to_dict() for rank in r.ranks]})
     areas = {}
     for area, results in report.by_area().items():

@@ -100,6 +100,10 @@ def test_memory_limit_turns_an_oversized_allocation_into_error(run):
     check = run.checks["fixture.out_of_memory"]
     assert check["reason"].startswith("rank 0: out of memory: ")
     assert [r["status"] for r in check["ranks"]] == ["error", "pass", "pass", "pass"]
+    peaks = [r["peak_host_mb"] for r in check["ranks"]]
+    assert peaks[0] > peaks[1] + 300  # rank 0 filled ~512 MiB before failing
+    # the high-water mark is reset per check: the next check's peak is back to normal
+    assert run.checks["fixture.skips"]["ranks"][0]["peak_host_mb"] < peaks[0] - 300
 
 
 def test_skip_reasons(run):
@@ -146,6 +150,9 @@ def test_per_rank_details(run):
     for r in ranks:
         assert r["peak_host_mb"] > 50
         assert 0 <= r["duration_s"] < 5
+    check = run.checks["fixture.all_reduce"]
+    assert check["peak_host_mb"] == max(r["peak_host_mb"] for r in ranks)
+    assert check["peak_device_mb"] is None  # cpu has no device handle
 
 
 def test_progress_and_summary(run):
