@@ -1,7 +1,8 @@
 """``accelkit conformance``: run the conformance suite on a backend (issue #3).
 
 Exit codes: 0 when nothing FAILED, ERRORED, TIMED OUT or CRASHED (and, under ``--strict``,
-nothing XPASSED); 1 otherwise; 2 for a usage error (unknown backend or area, malformed
+nothing XPASSED); 1 otherwise (also after Ctrl-C: the checks run so far are summarised and
+reported); 2 for a usage error (unknown backend or area, malformed
 expectations, a check module that does not import, nothing selected); 3 when the backend is
 unavailable here and ``--require-available`` was given. Without that flag an unavailable
 backend exits 0: every check is reported UNAVAILABLE with the reason, so a CI matrix can list
@@ -144,8 +145,13 @@ def run(args: argparse.Namespace) -> int:
         _print_list(selected, expectations)
         return 0
     progress = terminal.Progress(len(selected))
-    with Runner(spec, options, expectations, progress=progress) as runner:
-        report = runner.run(selected)
+    runner = Runner(spec, options, expectations, progress=progress)
+    try:
+        report = runner.run(selected)  # tears its pool down whatever happens
+    except KeyboardInterrupt:
+        report = runner.report
+        report.aborted = (f"interrupted after {len(report.results)} of {len(selected)} "
+                          "check(s); worker pool torn down")
     print()
     print(terminal.summary(report))
     if args.report_dir:

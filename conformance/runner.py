@@ -250,6 +250,10 @@ class Runner:
         try:
             for check in checks:
                 self.run_check(check)
+        except BaseException:  # Ctrl-C: no polite goodbye to ranks that may be mid-check
+            if self._pool is not None:
+                self._pool.close(graceful=False)
+            raise
         finally:
             self.close()
             self.report.duration_s = round(time.perf_counter() - started, 3)
