@@ -15,11 +15,13 @@ import pytest
 INNER = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
 
 if not INNER:
-    def test_in_own_process():
+    @pytest.mark.parametrize("host_accessible", ["1", "0"])
+    def test_in_own_process(host_accessible):
         """Registering the mock claims PrivateUse1 for the whole process: run this module's
-        tests in a fresh interpreter."""
+        tests in a fresh interpreter (random numbers written in place, then generated on the
+        host and copied, as for a discrete device)."""
         env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
-               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_HOST_ACCESSIBLE": host_accessible}
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                __file__], env=env, capture_output=True, text=True, timeout=900,
                               cwd=os.path.dirname(__file__))

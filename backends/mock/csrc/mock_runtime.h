@@ -16,7 +16,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <string>
 
 namespace accelkit_mock {
@@ -85,38 +84,17 @@ class MockRuntime final : public accelkit::Runtime {
   // CUDA: cudaMemGetInfo (total).
   size_t capacity(int /*device*/) override { return capacity_; }
 
-  // CUDA: cudaMalloc. Host memory, remembered per device for device_of().
-  void* allocate(int device, size_t nbytes) override {
-    void* ptr = nullptr;
+  // CUDA: cudaMalloc. Host memory from the CPU allocator's aligned allocation.
+  void* allocate(int /*device*/, size_t nbytes) override {
     try {
-      ptr = c10::alloc_cpu(nbytes);
+      return c10::alloc_cpu(nbytes);
     } catch (...) {
       return nullptr;
     }
-    std::lock_guard<std::mutex> lock(mutex_);
-    blocks_[ptr] = {nbytes, device};
-    return ptr;
   }
 
   // CUDA: cudaFree.
-  void release(int /*device*/, void* ptr) noexcept override {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      blocks_.erase(ptr);
-    }
-    c10::free_cpu(ptr);
-  }
-
-  // CUDA: cudaPointerGetAttributes.
-  int device_of(const void* ptr) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = blocks_.upper_bound(ptr);
-    if (it == blocks_.begin()) return -1;
-    --it;
-    const bool inside =
-        static_cast<const char*>(ptr) < static_cast<const char*>(it->first) + it->second.nbytes;
-    return inside ? it->second.device : -1;
-  }
+  void release(int /*device*/, void* ptr) noexcept override { c10::free_cpu(ptr); }
 
   // CUDA: cudaHostAlloc / cudaFreeHost.
   void* allocate_pinned(size_t nbytes) override {
@@ -148,16 +126,10 @@ class MockRuntime final : public accelkit::Runtime {
   }
 
  private:
-  struct Block {
-    size_t nbytes;
-    int device;
-  };
   int devices_ = 8;
   size_t capacity_ = size_t{8} << 30;
   bool host_accessible_ = true;
   std::string error_;
-  std::mutex mutex_;
-  std::map<const void*, Block> blocks_;
 };
 
 }  // namespace accelkit_mock

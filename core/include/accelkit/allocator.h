@@ -52,12 +52,13 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     const int device = current_device();
     initialized_flag() = true;
     if (nbytes == 0) return {nullptr, nullptr, &delete_block, c10::Device(kDeviceType, device)};
-    reserve(device, nbytes);
+    reserve(device, nbytes, nullptr);
     void* data = runtime().allocate(device, nbytes);
     if (data == nullptr) {
-      unreserve(device, nbytes);
+      unreserve(device, nbytes, nullptr);
       raise_oom(device, nbytes, "the driver refused the allocation");
     }
+    track(device, data, nbytes);
     auto* block = new Block{data, nbytes, device, {}};
     return {data, block, &delete_block, c10::Device(kDeviceType, device)};
   }
@@ -68,7 +69,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     const size_t nbytes = owner->nbytes();
     void* data = owner->mutable_data();
     if (nbytes == 0) return {data, nullptr, &delete_block, c10::Device(kDeviceType, device)};
-    reserve(device, nbytes);
+    reserve(device, nbytes, data);
     auto* block = new Block{data, nbytes, device, std::move(owner)};
     return {data, block, &delete_block, c10::Device(kDeviceType, device)};
   }
@@ -127,6 +128,21 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     return {total - static_cast<size_t>(s.bytes.current), total};
   }
 
+  // The device whose memory holds `ptr` (anywhere inside a live block), or -1.
+  int device_of(const void* ptr) {
+    for (int d = 0; d < static_cast<int>(stats_.size()); ++d) {
+      auto& s = stats(d);
+      std::lock_guard<std::mutex> lock(s.mutex);
+      auto it = s.blocks.upper_bound(ptr);
+      if (it == s.blocks.begin()) continue;
+      --it;
+      if (static_cast<const char*>(ptr) < static_cast<const char*>(it->first) + it->second) {
+        return d;
+      }
+    }
+    return -1;
+  }
+
   static DeviceAllocator& get() {
     static DeviceAllocator* instance = new DeviceAllocator();  // leaked: outlives all tensors
     return *instance;
@@ -138,6 +154,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     c10::CachingAllocator::Stat allocation;
     c10::CachingAllocator::Stat bytes;
     int64_t num_ooms = 0;
+    std::map<const void*, size_t> blocks;  // live blocks, for device_of()
   };
 
   DeviceAllocator() : stats_(device_count()), capacity_(device_count(), 0) {
@@ -151,7 +168,8 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     return capacity_[device];
   }
 
-  void reserve(int device, size_t nbytes) {
+  // Count `nbytes` on `device` (and track `data` if known), or raise OutOfMemoryError.
+  void reserve(int device, size_t nbytes, const void* data) {
     auto& s = stats(device);
     const size_t total = capacity(device);
     {
@@ -159,6 +177,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
       if (static_cast<size_t>(s.bytes.current) + nbytes <= total) {
         s.bytes.increase(nbytes);
         s.allocation.increase(1);
+        if (data != nullptr) s.blocks.emplace(data, nbytes);
         return;
       }
       s.num_ooms += 1;
@@ -166,11 +185,18 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     raise_oom(device, nbytes, "");
   }
 
-  void unreserve(int device, size_t nbytes) {
+  void track(int device, const void* data, size_t nbytes) {
+    auto& s = stats(device);
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.blocks.emplace(data, nbytes);
+  }
+
+  void unreserve(int device, size_t nbytes, const void* data) {
     auto& s = stats(device);
     std::lock_guard<std::mutex> lock(s.mutex);
     s.bytes.decrease(nbytes);
     s.allocation.decrease(1);
+    if (data != nullptr) s.blocks.erase(data);
   }
 
   [[noreturn]] void raise_oom(int device, size_t nbytes, const std::string& why) {
@@ -198,7 +224,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     } else {
       runtime().release(block->device, block->data);
     }
-    get().unreserve(block->device, block->nbytes);
+    get().unreserve(block->device, block->nbytes, block->data);
     delete block;
   }
 

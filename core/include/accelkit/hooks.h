@@ -41,7 +41,7 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
         static_cast<c10::DeviceIndex>(resolve_index(index)));
   }
   at::Device getDeviceFromPtr(void* data) const override {
-    const int index = runtime().device_of(data);
+    const int index = DeviceAllocator::get().device_of(data);
     TORCH_CHECK(index >= 0, "pointer ", data, " is not ", device_name(), " device memory");
     return {kDeviceType, static_cast<c10::DeviceIndex>(index)};
   }

@@ -187,6 +187,9 @@ inline at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p,
                                     std::optional<at::Generator> gen) {
   TORCH_CHECK(at::isFloatingType(p.scalar_type()),
               "bernoulli_ expects p to be a floating point tensor, got ", p.scalar_type());
+  TORCH_CHECK(!is_device(p) || p.device() == self.device(),
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              self.device(), " and ", p.device(), "!");
   const at::Tensor probs =
       p.to(c10::DeviceType::CPU, at::kFloat).expand(self.sizes()).contiguous();
   return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {

@@ -40,10 +40,6 @@ class Runtime {
   // Free memory returned by allocate. CUDA: cudaFree. Ascend: aclrtFree.
   virtual void release(int device, void* ptr) noexcept = 0;
 
-  // The device whose memory holds `ptr` (anywhere inside an allocation), or -1.
-  // CUDA: cudaPointerGetAttributes. Ascend: aclrtPointerGetAttributes.
-  virtual int device_of(const void* ptr) = 0;
-
   // Page-locked host memory for pin_memory(). CUDA: cudaHostAlloc / cudaFreeHost.
   virtual void* allocate_pinned(size_t nbytes) = 0;
   virtual void release_pinned(void* ptr) noexcept = 0;
