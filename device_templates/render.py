@@ -146,6 +146,17 @@ def _check_device_name(name: str) -> None:
         raise TemplateError(
             f"device name {name!r} is already an attribute of torch (torch.{name}); the device "
             "module becomes torch.<name>, so choose a name torch does not use")
+    from torch.nn.utils.rnn import PackedSequence
+
+    taken = [f"{owner}.{attr}" for owner, cls in (("torch.Tensor", torch.Tensor),
+                                                  ("torch.nn.Module", torch.nn.Module),
+                                                  ("PackedSequence", PackedSequence))
+             for attr in (name, f"is_{name}") if hasattr(cls, attr)]
+    if taken:
+        raise TemplateError(
+            f"device name {name!r} clashes with {', '.join(taken)}: torch adds Tensor.{name}(), "
+            f"Tensor.is_{name} and Module.{name}() for the device, so choose a name they do not "
+            "have")
 
 
 def _check_collective_name(cname: str, name: str) -> None:

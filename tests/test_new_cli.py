@@ -38,6 +38,11 @@ def _new(capsys, *argv: str) -> tuple[int, str, str]:
     ("mock", "device name 'mock' is accelkit's own reference device"),
     ("nn", "device name 'nn' is already an attribute of torch (torch.nn)"),
     ("lambda", "device name 'lambda' is a Python keyword"),
+    ("to", "device name 'to' clashes with torch.Tensor.to, torch.nn.Module.to, "
+           "PackedSequence.to: torch adds Tensor.to(), Tensor.is_to and Module.to() for the "
+           "device"),
+    ("leaf", "device name 'leaf' clashes with torch.Tensor.is_leaf"),
+    ("train", "device name 'train' clashes with torch.nn.Module.train"),
 ])
 def test_bad_device_name(tmp_path, capsys, name, message):
     dest = tmp_path / "out"
