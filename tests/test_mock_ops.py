@@ -32,7 +32,7 @@ else:
     def _gen(*shape, dtype=torch.float32, seed=0):
         g = torch.Generator().manual_seed(seed)
         if dtype.is_floating_point:
-            return torch.randn(*shape, generator=g).to(dtype)
+            return torch.randn(shape, generator=g).to(dtype)
         return torch.randint(-5, 6, shape, generator=g).to(dtype)
 
     def _same(mock_result, cpu_result):
@@ -138,6 +138,30 @@ else:
         expected = fn(*[t.clone() for t in inputs])
         got = fn(*[t.to("mock") for t in inputs])
         _same(got, expected)
+
+    LAYOUTS = [((4, 6), (4, 6), False), ((4, 6), (6,), False), ((4, 1, 3), (5, 1), False),
+               ((6, 4), (6, 4), True), ((3, 8), (8, 3), True), ((0, 3), (3,), False),
+               ((), (2, 2), False)]
+
+    @pytest.mark.parametrize("shape_a,shape_b,transpose", LAYOUTS)
+    @pytest.mark.parametrize("op", [torch.add, torch.mul, torch.maximum, torch.atan2])
+    def test_binary_broadcast_and_strides(op, shape_a, shape_b, transpose):
+        a, b = _gen(*shape_a, seed=5), _gen(*shape_b, seed=6)
+        if transpose:
+            a, b = a.t(), b if b.shape == a.t().shape else b.t()
+        _same(op(a.to("mock"), b.to("mock")), op(a, b))
+        dst_cpu = op(a, b).clone()
+        dst = dst_cpu.to("mock")
+        _same(op(a.to("mock"), b.to("mock"), out=dst), op(a, b, out=dst_cpu))
+
+    def test_foreach_ops_in_place_and_out_of_place():
+        cpu = [A.clone(), B.clone(), V.clone()]
+        mock = [t.to("mock") for t in cpu]
+        torch._foreach_mul_(cpu, 3.0)
+        torch._foreach_mul_(mock, 3.0)
+        for m, c in zip(mock, cpu, strict=True):
+            _same(m, c)
+        _same(torch._foreach_add(mock, mock), torch._foreach_add(cpu, cpu))
 
     def test_inplace_writes_through_views():
         base_cpu, base = A.clone(), A.to("mock")

@@ -242,6 +242,18 @@ else:
         e = torch.empty(n, device="mock", dtype=dtype).exponential_(4).cpu().double()
         assert e.min() >= 0 and abs(e.mean() - 0.25) < 0.01
 
+    def test_complex_draws_are_pairs_of_reals():
+        _set(12, 0)
+        c = torch.empty(6, dtype=torch.complex64, device="mock").normal_()
+        _set(12, 0)
+        r = torch.empty(6, 2, device="mock").normal_(0, 2 ** -0.5)
+        assert torch.equal(torch.view_as_real(c).cpu(), r.cpu())
+        _set(12, 0)
+        u = torch.rand(4, dtype=torch.complex128, device="mock")
+        _set(12, 0)
+        assert torch.equal(torch.view_as_real(u).cpu(), torch.rand(4, 2, dtype=torch.float64,
+                                                                   device="mock").cpu())
+
     @pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int8, torch.int16,
                                        torch.int32, torch.int64, torch.float16, torch.float32])
     def test_integer_ranges(dtype):

@@ -81,6 +81,11 @@ inline void check_floating(const at::Tensor& self, const char* op) {
 
 inline at::Tensor& uniform_(at::Tensor& self, double from, double to,
                             std::optional<at::Generator> gen) {
+  if (self.is_complex()) {  // as the CPU kernel: real and imaginary parts each uniform
+    at::Tensor real = at::view_as_real(self);
+    uniform_(real, from, to, gen);
+    return self;
+  }
   check_floating(self, "uniform_");
   TORCH_CHECK(from <= to, "uniform_ expects to return a [from, to) range, but found from=", from,
               " > to=", to);
@@ -100,8 +105,13 @@ inline at::Tensor& uniform_(at::Tensor& self, double from, double to,
 // Box-Muller on two uniforms of the element's own words: 2 words (float types) or 4 (double).
 inline at::Tensor& normal_(at::Tensor& self, double mean, double std,
                            std::optional<at::Generator> gen) {
-  check_floating(self, "normal_");
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
+  if (self.is_complex()) {  // as the CPU kernel: each part normal with std / sqrt(2)
+    at::Tensor real = at::view_as_real(self);
+    normal_(real, mean, std / std::sqrt(2.0), gen);
+    return self;
+  }
+  check_floating(self, "normal_");
   return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "normal_", [&] {
       scalar_t* p = out.data_ptr<scalar_t>();
