@@ -351,10 +351,15 @@ def create_package(name: str, dest: Path | None = None, cname: str | None = None
     dest = Path(dest) if dest is not None else Path.cwd() / names.package
     check_destination(dest)
     files = render(names)
-    written = []
+    written: list[Path] = []
     for rel, text in sorted(files.items()):
         path = dest / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        except OSError as exc:
+            raise TemplateError(
+                f"cannot write {path}: {exc.strerror or exc}; {len(written)} of {len(files)} "
+                f"files were written to {dest}") from exc
         written.append(path)
     return names, dest, written

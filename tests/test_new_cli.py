@@ -94,6 +94,17 @@ def test_directory_is_a_file(tmp_path, capsys):
     assert target.read_text() == "x"
 
 
+def test_directory_below_a_file(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    dest = blocker / "pkg"
+    code, _, err = _new(capsys, "demo", "--dir", str(dest))
+    assert code == 2
+    assert f"accelkit new: cannot write {dest}/MANIFEST.in: Not a directory; 0 of 14 files " \
+           f"were written to {dest}" in err
+    assert blocker.read_text() == "x"
+
+
 def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, err = _new(capsys, "demo")
