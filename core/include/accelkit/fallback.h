@@ -13,7 +13,8 @@
 //    outputs are adopted as device tensors without a copy, views of inputs become views of
 //    the device inputs, and a returned argument is the argument itself.
 //    Other runtimes: at::native::cpu_fallback, which copies every argument to the host and
-//    the results back (correct for any memory, slower).
+//    the results back (correct for any memory, slower); view ops still take the zero-copy
+//    path, as they only compute metadata.
 #pragma once
 
 #include <accelkit/generator.h>
@@ -24,10 +25,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/CPUFallback.h>
+#include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
 #include <string_view>
-#include <vector>
 
 namespace accelkit {
 namespace fallback_detail {
@@ -90,8 +91,18 @@ struct Wrapped {
   bool mutable_arg;
 };
 
-inline at::Tensor wrap(const at::Tensor& t, bool is_mutable, std::vector<Wrapped>& wrapped,
-                       std::vector<c10::StorageImpl*>& cpu_args) {
+struct Adopted {
+  c10::StorageImpl* cpu;
+  c10::Storage device;
+};
+
+// Small inline vectors: the fallback runs for every op, heap allocations show in tiny ops.
+using Wrappeds = c10::SmallVector<Wrapped, 4>;
+using Adopteds = c10::SmallVector<Adopted, 2>;
+using StorageList = c10::SmallVector<c10::StorageImpl*, 4>;
+
+inline at::Tensor wrap(const at::Tensor& t, bool is_mutable, Wrappeds& wrapped,
+                       StorageList& cpu_args) {
   if (!is_device(t)) {
     if (t.defined() && t.has_storage()) cpu_args.push_back(t.storage().unsafeGetStorageImpl());
     return t;
@@ -124,14 +135,11 @@ inline void sync_mutable(const Wrapped& w) {
   }
 }
 
-struct Adopted {
-  c10::StorageImpl* cpu;
-  c10::Storage device;
-};
 
-inline at::Tensor to_device(const at::Tensor& out, int device, const std::vector<Wrapped>& wrapped,
-                            std::vector<Adopted>& adopted,
-                            const std::vector<c10::StorageImpl*>& cpu_args) {
+
+inline at::Tensor to_device(const at::Tensor& out, int device, const Wrappeds& wrapped,
+                            Adopteds& adopted,
+                            const StorageList& cpu_args) {
   if (!out.defined() || !out.device().is_cpu()) return out;
   c10::TensorImpl* impl = out.unsafeGetTensorImpl();
   c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
@@ -243,8 +251,8 @@ inline void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
     return;
   }
 
-  std::vector<Wrapped> wrapped;
-  std::vector<c10::StorageImpl*> cpu_args;
+  Wrappeds wrapped;
+  StorageList cpu_args;
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = (*stack)[first + i];
     const bool is_mutable = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
@@ -275,7 +283,7 @@ inline void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
   for (const Wrapped& w : wrapped) sync_mutable(w);
   const size_t nret = schema.returns().size();
   const size_t rfirst = stack->size() - nret;
-  std::vector<Adopted> adopted;
+  Adopteds adopted;
   for (size_t i = rfirst; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
