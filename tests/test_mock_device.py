@@ -246,6 +246,17 @@ else:
         on_cpu = torch.load(buf, map_location="cpu")
         assert on_cpu["x"].device.type == "cpu" and torch.equal(on_cpu["x"], x.cpu())
 
+    def test_autocast_policies():
+        a = torch.randn(4, 4, device="mock", requires_grad=True)
+        with torch.autocast("mock", dtype=torch.bfloat16):
+            mm = a @ a
+            assert mm.dtype == torch.bfloat16
+            assert torch.nn.functional.linear(a, a).dtype == torch.bfloat16
+            assert torch.softmax(mm, 0).dtype == torch.float32  # fp32 policy
+            assert (a + 1).dtype == torch.float32  # not listed: unchanged
+        mm.float().sum().backward()
+        assert a.grad.dtype == torch.float32 and a.grad.device.type == "mock"
+
     def test_module_to_device_and_state_dict():
         model = torch.nn.Linear(3, 2).to("mock")
         assert all(p.device.type == "mock" for p in model.parameters())

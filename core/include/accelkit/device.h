@@ -2,10 +2,11 @@
 // device extension, after defining `accelkit::Runtime& accelkit::runtime()` (see
 // <accelkit/runtime.h>). It registers, at load time: the allocator, the device guard (streams,
 // events), the hooks, the native kernels (minimum set + random) and the boxed fallback for
-// every other op (issue #4).
+// every other op, and the autocast kernels (issue #4).
 #pragma once
 
 #include <accelkit/allocator.h>
+#include <accelkit/autocast.h>
 #include <accelkit/context.h>
 #include <accelkit/fallback.h>
 #include <accelkit/generator.h>
