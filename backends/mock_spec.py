@@ -3,12 +3,32 @@
 PrivateUse1; listing backends and ``import torch`` must not, unless asked."""
 
 import os
+from pathlib import Path
 
 from accelkit.core.spec import BackendSpec, Capabilities
+
+_CSRC = Path(__file__).resolve().parent / "mock" / "csrc"
+
+#: The mock's two C++ extensions, as keyword arguments of ``accelkit.core.load_extension``:
+#: the device (accelkit's C++ layer over the host-memory runtime) and mccl (its collectives).
+EXTENSIONS: dict[str, dict] = {
+    "device": {"name": "accelkit_mock_C", "sources": [_CSRC / "mock_device.cpp"],
+               "include_dirs": [str(_CSRC)], "cflags": ["-O3", "-std=c++20"]},
+    "mccl": {"name": "accelkit_mock_mccl", "sources": [_CSRC / "mccl.cpp"],
+             "include_dirs": [str(_CSRC)], "cflags": ["-O3"]},
+}
 
 
 def _setup() -> None:
     import accelkit.backends.mock  # noqa: F401  (registers torch.mock and mccl)
+
+
+def _prepare() -> None:
+    """Compile both extensions (if not cached) without registering anything in this process."""
+    from accelkit.core.cpp import build_extension
+
+    for ext in EXTENSIONS.values():
+        build_extension(**ext)
 
 
 def _device_count() -> int:
@@ -28,6 +48,7 @@ SPEC = BackendSpec(
     collective_backend="mccl",
     setup=_setup,
     probe=_probe,
+    prepare=_prepare,
     capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count(), cpu_collectives=True),
 )
 

@@ -113,6 +113,7 @@ class Runner:
         self._probes: dict[int, tuple[bool, str]] = {}
         self._pending_rebuild = ""
         self._started: set[int] = set()
+        self._prepared = False
         self.report.unavailable = self._unavailable()
 
     def _unavailable(self) -> str | None:
@@ -135,6 +136,7 @@ class Runner:
             self._pool.close()
         why = self._pending_rebuild if world_size in self._started else "first start"
         self._pool = None
+        self._prepare()
         try:
             pool = Pool(self.spec.name, world_size, modules=self.options.modules,
                         builtin=self.options.builtin, memory_limit_mb=self.options.memory_limit_mb)
@@ -147,6 +149,19 @@ class Runner:
         self.report.pool_starts.append({"world_size": world_size, "seconds": round(pool.startup_s, 3),
                                         "why": why, "pids": [p.pid for p in pool.procs]})
         return pool
+
+    def _prepare(self) -> None:
+        """Run ``spec.prepare()`` (e.g. compile the backend's C++) once, here, before any rank
+        starts, so ranks do not all wait on one compile inside their start-up budget."""
+        if self._prepared or self.spec.prepare is None:
+            return
+        self._prepared = True
+        try:
+            self.spec.prepare()
+        except Exception as exc:
+            self._prepared = False
+            raise PoolStartError(f"backend {self.spec.name!r}: prepare() failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
 
     def close(self) -> None:
         if self._pool is not None:

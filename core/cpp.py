@@ -53,32 +53,71 @@ def _headers(dirs: Sequence[str]) -> list[Path]:
     return found
 
 
+class _Build:
+    """Where one exact build (torch + sources + headers + flags) of an extension lives."""
+
+    def __init__(self, name: str, sources: Sequence[str | os.PathLike],
+                 include_dirs: Sequence[str], cflags: Sequence[str]) -> None:
+        self.name = name
+        self.sources = [str(Path(s).resolve()) for s in sources]
+        self.includes = [include_dir(), *map(str, include_dirs)]
+        self.flags = ["-O2", "-std=c++17", *cflags]
+        digest = _digest([Path(s) for s in self.sources] + _headers(self.includes), self.flags)
+        self.dir = cache_root() / f"{name}-{digest}"
+        self.path = self.dir / f"{name}.so"
+
+    @property
+    def done(self) -> bool:
+        return self.path.exists() and (self.dir / "ok").exists()
+
+    def compile_and_import(self):
+        import torch.utils.cpp_extension as cpp
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        print(f"accelkit: building C++ extension {self.name!r} for torch {_torch_version()} "
+              f"(first use; about a minute) in {self.dir}", file=sys.stderr, flush=True)
+        start = time.monotonic()
+        module = cpp.load(name=self.name, sources=self.sources, extra_include_paths=self.includes,
+                          extra_cflags=self.flags, build_directory=str(self.dir), verbose=False)
+        (self.dir / "ok").write_text(f"{time.monotonic() - start:.1f}s\n")
+        _prune(self.name, keep=self.dir)
+        print(f"accelkit: built {self.name!r} in {time.monotonic() - start:.0f} s",
+              file=sys.stderr, flush=True)
+        return module
+
+
 def load_extension(name: str, sources: Sequence[str | os.PathLike], *,
                    include_dirs: Sequence[str] = (), cflags: Sequence[str] = ()):
     """Import the extension module ``name`` built from ``sources``, compiling it first if no
     build for this exact torch + sources + headers + flags exists. Prints one line while
     building (a first build takes about a minute on two cores)."""
-    import torch.utils.cpp_extension as cpp
+    build = _Build(name, sources, include_dirs, cflags)
+    if build.done:
+        return _import_built(name, build.path)
+    return build.compile_and_import()
 
-    srcs = [Path(s).resolve() for s in sources]
-    includes = [include_dir(), *map(str, include_dirs)]
-    flags = ["-O2", "-std=c++17", *cflags]
-    digest = _digest(srcs + _headers(includes), flags)
-    build_dir = cache_root() / f"{name}-{digest}"
-    suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-    built = build_dir / f"{name}.so"
-    if built.exists() and (build_dir / "ok").exists():
-        return _import_built(name, built)
-    build_dir.mkdir(parents=True, exist_ok=True)
-    print(f"accelkit: building C++ extension {name!r} for torch {_torch_version()} "
-          f"(first use; about a minute) in {build_dir}", file=sys.stderr, flush=True)
-    start = time.monotonic()
-    module = cpp.load(name=name, sources=[str(s) for s in srcs], extra_include_paths=includes,
-                      extra_cflags=flags, build_directory=str(build_dir), verbose=False)
-    (build_dir / "ok").write_text(f"{time.monotonic() - start:.1f}s {suffix}\n")
-    _prune(name, keep=build_dir)
-    print(f"accelkit: built {name!r} in {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    return module
+
+def build_extension(name: str, sources: Sequence[str | os.PathLike], *,
+                    include_dirs: Sequence[str] = (), cflags: Sequence[str] = ()) -> Path:
+    """Compile the extension (same arguments as :func:`load_extension`) if needed and return the
+    built file, WITHOUT loading it here: loading a device extension registers its PrivateUse1
+    hooks and kernels, so the compile runs in a throwaway child process. Used by a backend's
+    ``BackendSpec.prepare`` so that N rank processes do not all wait on one compile."""
+    import json
+    import subprocess
+
+    build = _Build(name, sources, include_dirs, cflags)
+    if not build.done:
+        args = json.dumps([name, build.sources, list(map(str, include_dirs)), list(cflags)])
+        code = ("import json, sys; from accelkit.core.cpp import load_extension; "
+                "n, s, i, c = json.loads(sys.argv[1]); load_extension(n, s, include_dirs=i, cflags=c)")
+        proc = subprocess.run([sys.executable, "-c", code, args], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+        sys.stderr.write(proc.stdout)
+        if proc.returncode != 0 or not build.done:
+            raise RuntimeError(f"building C++ extension {name!r} failed (exit {proc.returncode}); "
+                               f"compiler output above, build folder {build.dir}")
+    return build.path
 
 
 def _prune(name: str, keep: Path, retain: int = 3) -> None:

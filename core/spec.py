@@ -66,6 +66,8 @@ class BackendSpec:
     ``setup()`` makes the device and its collective library usable in the calling process
     (imports, registration); it is called once per worker process, never at discovery time.
     ``probe(world_size)`` answers ``(available, reason)`` without claiming PrivateUse1.
+    ``prepare()``, if given, compiles or fetches what ``setup()`` needs without claiming the
+    device; the conformance runner calls it once in its own process before starting ranks.
     """
 
     name: str
@@ -75,6 +77,7 @@ class BackendSpec:
     probe: Callable[[int], tuple[bool, str]]
     capabilities: Capabilities = field(default_factory=Capabilities)
     expectations: Path | None = None
+    prepare: Callable[[], None] | None = None
     origin: str = ""
 
     def __post_init__(self) -> None:

@@ -11,8 +11,7 @@ registered another PrivateUse1 device gets an error naming it.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from accelkit.backends.mock_spec import EXTENSIONS
 from accelkit.core import load_extension, register_accelerator
 from accelkit.core.device_module import build_device_module
 
@@ -21,10 +20,7 @@ DEVICE_NAME = "mock"
 #: The collective library registered for the device.
 COLLECTIVE_BACKEND = "mccl"
 
-_CSRC = Path(__file__).resolve().parent / "csrc"
-
-_C = load_extension(f"accelkit_{DEVICE_NAME}_C", [_CSRC / f"{DEVICE_NAME}_device.cpp"],
-                    include_dirs=[str(_CSRC)], cflags=["-O3", "-std=c++20"])
+_C = load_extension(**EXTENSIONS["device"])
 if _C.config_error():
     raise ValueError(_C.config_error())
 

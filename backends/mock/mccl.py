@@ -18,21 +18,22 @@ see the facts note).
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
-from pathlib import Path
 
 DEVICE = "mock"
 NAME = "mccl"
-_CSRC = Path(__file__).resolve().parent / "csrc"
 
 
+@functools.cache
 def extension():
-    """The ``accelkit_mock_mccl`` module, compiled on first use (about a minute)."""
+    """The ``accelkit_mock_mccl`` module, compiled on first use (about a minute), loaded once
+    per process."""
     import torch.distributed  # noqa: F401  (registers c10d.Backend, the bound base class)
+    from accelkit.backends.mock_spec import EXTENSIONS
     from accelkit.core.cpp import load_extension
 
-    return load_extension("accelkit_mock_mccl", [_CSRC / "mccl.cpp"], include_dirs=[str(_CSRC)],
-                          cflags=["-O3"])
+    return load_extension(**EXTENSIONS["mccl"])
 
 
 def segment_prefix() -> str:
