@@ -154,6 +154,56 @@ else:
         dst = dst_cpu.to("mock")
         _same(op(a.to("mock"), b.to("mock"), out=dst), op(a, b, out=dst_cpu))
 
+    # Seeded random cases (a dependency-free property test): a random view of a random tensor
+    # (transpose, step slices, narrow, expand, storage offset), then a random op, in place or
+    # out of place, compared with the same on the CPU.
+    UNARY = [torch.neg, torch.exp, torch.abs, torch.sigmoid, lambda t: t * 2 + 1]
+    REDUCE = [lambda t: t.sum(-1), lambda t: t.amax(0), lambda t: t.mean(), lambda t: t.cumsum(0)]
+    INPLACE = [lambda t: t.mul_(3), lambda t: t.clamp_(-0.5, 0.5), lambda t: t.zero_().add_(2),
+               lambda t: t.copy_(t.flip(0))]
+
+    def _random_view(rng, t):
+        for _ in range(rng.randint(0, 3)):
+            choice = rng.choice(["t", "step", "narrow"])
+            if choice == "t" and t.dim() >= 2:
+                t = t.transpose(0, t.dim() - 1)
+            elif choice == "step" and t.size(0) > 2:
+                t = t[rng.randint(0, 1)::rng.randint(1, 2)]
+            elif choice == "narrow" and t.size(-1) > 2:
+                t = t.narrow(-1, 1, t.size(-1) - rng.randint(1, 2))
+        return t
+
+    @pytest.mark.parametrize("case", range(60))
+    def test_random_views_and_ops(case):
+        import random
+
+        rng = random.Random(case)
+        shape = [rng.randint(1, 6) for _ in range(rng.randint(1, 3))]
+        base_cpu = _gen(*shape, seed=case)
+        base = base_cpu.to("mock")
+        steps = rng.getstate()
+        view_cpu = _random_view(rng, base_cpu)
+        rng.setstate(steps)
+        view = _random_view(rng, base)
+        assert view.stride() == view_cpu.stride() and view.storage_offset() == \
+            view_cpu.storage_offset()
+        kind = rng.choice(["unary", "reduce", "inplace", "binary"])
+        if kind == "unary":
+            fn = rng.choice(UNARY)
+            _same(fn(view), fn(view_cpu))
+        elif kind == "reduce":
+            fn = rng.choice(REDUCE)
+            _same(fn(view), fn(view_cpu))
+        elif kind == "inplace":
+            fn = rng.choice(INPLACE)
+            fn(view)
+            fn(view_cpu)
+            _same(base, base_cpu)  # written through the view into the base, nothing else
+        else:
+            other_cpu = _gen(*view_cpu.shape, seed=case + 1000)
+            _same(torch.add(view, other_cpu.to("mock"), alpha=0.5),
+                  torch.add(view_cpu, other_cpu, alpha=0.5))
+
     def test_foreach_ops_in_place_and_out_of_place():
         cpu = [A.clone(), B.clone(), V.clone()]
         mock = [t.to("mock") for t in cpu]
