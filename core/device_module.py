@@ -4,10 +4,10 @@ The extension is one built on the accelkit C++ layer (``<accelkit/python.h>``'s
 ``bind_device``): it exposes ``device_count``, ``current_device``, ``set_device``,
 ``check_device``, ``is_initialized``, ``init``, ``synchronize``, ``default_generator``,
 ``memory_stats``, ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
-``mem_get_info``, ``current_stream`` and ``set_stream``. :func:`build_device_module` wraps them
-with the Python API of ``torch.cuda`` that torch's distributed stack calls on a device handle
-(PR 102468; see :class:`accelkit.core.DeviceHandle` for each caller): a vendor package calls it
-instead of writing its own module. Issue #4.
+``mem_get_info``, ``current_stream``, ``set_stream`` and ``host_accessible``.
+:func:`build_device_module` wraps them with the Python API of ``torch.cuda`` that torch's
+distributed stack calls on a device handle (PR 102468; see :class:`accelkit.core.DeviceHandle`
+for each caller): a vendor package calls it instead of writing its own module. Issue #4.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ REQUIRED_BINDINGS: tuple[str, ...] = (
     "device_count", "current_device", "set_device", "check_device", "is_initialized", "init",
     "synchronize", "default_generator", "memory_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "mem_get_info", "current_stream", "set_stream",
+    "host_accessible",
 )
 
 
@@ -63,8 +64,9 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
 
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-    def _index(device: Any = None, *, optional: bool = True) -> int:
-        """The device index of an int, str, torch.device or None (the current device)."""
+    def _index(device: Any = None) -> int:
+        """The device index of an int, str, torch.device, or None / a negative int (the
+        current device); an index out of range raises the device's invalid-ordinal error."""
         if device is None:
             return ext.current_device()
         if isinstance(device, str):
@@ -76,7 +78,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
                 return ext.current_device()
             device = device.index
         if isinstance(device, int) and not isinstance(device, bool):
-            if device < 0 and optional:
+            if device < 0:
                 return ext.current_device()
             ext.check_device(device)
             return device
@@ -124,7 +126,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         """Context manager that makes ``idx`` the current device inside the block."""
 
         def __init__(self, idx: Any) -> None:
-            self.idx = -1 if idx is None else _index(idx, optional=True)
+            self.idx = -1 if idx is None else _index(idx)
             self.prev = -1
 
         def __enter__(self) -> None:

@@ -57,7 +57,7 @@ void for_each_tensor(const c10::IValue& v, F&& f) {
 inline int check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                          size_t first, size_t count) {
   int index = -1;
-  const at::Tensor* cpu_tensor = nullptr;
+  bool cpu_tensor = false;
   const bool cpu_ok = accepts_cpu_indices(op.operator_name());
   for (size_t i = first; i < first + count; ++i) {
     for_each_tensor(stack[i], [&](const at::Tensor& t) {
@@ -71,12 +71,12 @@ inline int check_devices(const c10::OperatorHandle& op, const torch::jit::Stack&
                       "two devices, ", device_name(), ":", index, " and ", device_name(), ":",
                       idx, "! (in ", op.operator_name(), ")");
         }
-      } else if (t.device().is_cpu() && t.dim() > 0 && cpu_tensor == nullptr) {
-        cpu_tensor = &t;
+      } else if (t.device().is_cpu() && t.dim() > 0) {
+        cpu_tensor = true;
       }
     });
   }
-  TORCH_CHECK(index == -1 || cpu_tensor == nullptr || cpu_ok,
+  TORCH_CHECK(index == -1 || !cpu_tensor || cpu_ok,
               "Expected all tensors to be on the same device, but found at least two devices, ",
               device_name(), ":", index, " and cpu! (in ", op.operator_name(),
               "; only 0-dim CPU tensors may be mixed with ", device_name(), " tensors)");
