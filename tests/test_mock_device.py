@@ -19,10 +19,13 @@ INNER = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
 if not INNER:
     from conftest import json_result, run_python
 
-    def test_in_own_process():
-        """Run this module's in-process tests in a fresh interpreter."""
+    @pytest.mark.parametrize("host_accessible", ["1", "0"])
+    def test_in_own_process(host_accessible):
+        """Run this module's in-process tests in a fresh interpreter, on the zero-copy paths
+        and on the copying paths a discrete device takes."""
         env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
-               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_MEMORY": "64MiB"}
+               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_MEMORY": "64MiB",
+               "ACCELKIT_MOCK_HOST_ACCESSIBLE": host_accessible}
         proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                                __file__], env=env, capture_output=True, text=True, timeout=900,
                               cwd=os.path.dirname(__file__))
