@@ -121,6 +121,17 @@ def _conformance(backend: str, site: Path | None, report_dir: Path, *argv: str,
     return json.loads(report.read_text())
 
 
+def _mock_outcomes(ids: list[str], report_dir: Path) -> dict[str, str]:
+    """The mock's actual outcome of each check in ``ids`` (world size 4)."""
+    selection = [arg for i in ids for arg in ("-k", i)]
+    mock = _conformance("mock", None, report_dir, *selection, TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    checks = {c["id"]: c for c in mock["checks"] if c["id"] in ids}
+    assert set(checks) == set(ids)
+    not_run = {i: c["reason"] for i, c in checks.items() if not c["ranks"]}
+    assert not not_run, f"the mock did not run these checks, no reference: {not_run}"
+    return {i: c["actual"] or c["outcome"] for i, c in checks.items()}
+
+
 def test_conformance_demo_passes_what_mock_passes(demo, tmp_path):
     """Every check at world size 4 passes on demo, or the mock does not pass it either (the
     mock runs only the checks demo did not pass: its outcome is the reference)."""
@@ -133,11 +144,7 @@ def test_conformance_demo_passes_what_mock_passes(demo, tmp_path):
     others = {i: o for i, o in outcomes.items() if o != "pass"}
     if not others:
         return
-    selection = [arg for i in sorted(others) for arg in ("-k", i)]
-    mock = _conformance("mock", None, tmp_path / "mock", *selection,
-                        TORCH_DEVICE_BACKEND_AUTOLOAD="0")
-    mock_outcomes = {c["id"]: c["actual"] or c["outcome"] for c in mock["checks"]}
-    assert set(others) <= set(mock_outcomes)
+    mock_outcomes = _mock_outcomes(sorted(others), tmp_path / "mock")
     regressions = {i: (mock_outcomes[i], o, next(c["reason"] for c in ours["checks"]
                                                  if c["id"] == i))
                    for i, o in others.items() if mock_outcomes[i] == "pass"}
