@@ -1,0 +1,358 @@
+"""DTensor's RNG state tracker on the backend's device (PR 103235: ``CudaRNGStateTracker`` /
+``OffsetBasedRNGTracker``, whose policy keeps random DTensor ops consistent across ranks;
+PR 102468: the tracker works on any cuda-like device handle).
+
+The tracker reads ``torch.<device>.get_rng_state()`` as 16 bytes (uint64 seed, int64 offset,
+Philox layout), gives each shard a distinct starting offset and moves every rank's offset to
+``old + ceil4(numel of the whole DTensor)`` afterwards. Every check except ``rng.cpu_mesh_refused``
+needs the ``rng-tracker`` capability; torch refuses cpu meshes, so on the cpu backend they SKIP
+with torch's reason.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from accelkit.conformance.api import check
+from accelkit.conformance.checks._util import all_ranks_object, assert_equal
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, _random, distribute_tensor
+
+TRACKER = ("rng-tracker",)
+
+
+def _handle(ctx):
+    return getattr(torch, ctx.device_type)
+
+
+def _seed_offset(state: torch.Tensor) -> tuple[int, int]:
+    """(seed, offset) from a 16-byte Philox state."""
+    state = state.detach().cpu().contiguous()
+    assert state.dtype == torch.uint8 and state.numel() == 16, (
+        f"get_rng_state() is {state.numel()} {state.dtype} values; the tracker needs 16 uint8 bytes "
+        "(uint64 seed + int64 offset)")
+    return int(state[:8].view(torch.uint64).item()), int(state[8:].view(torch.int64).item())
+
+
+def _device_seed_offset(ctx) -> tuple[int, int]:
+    return _seed_offset(_handle(ctx).get_rng_state(ctx.device))
+
+
+def _fresh(ctx, mesh, seed: int = 1234):
+    """Every rank seeded alike and a new tracker on ``mesh`` (no state sync needed)."""
+    torch.manual_seed(seed)
+    _random._rng_tracker = _random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
+    return _random._rng_tracker
+
+
+def _ceil4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
+def _rand(mesh, shape, placements, device):
+    """A random DTensor: uniform_ on a distributed zero tensor (a DTensor random op)."""
+    dt = distribute_tensor(torch.zeros(shape, device=device), mesh, placements, src_data_rank=None)
+    return dt.uniform_()
+
+
+def _gather_locals(dt: DTensor, group=None) -> list[torch.Tensor]:
+    return all_ranks_object(dt.to_local().detach().cpu(), group)
+
+
+@check("rng.cpu_mesh_refused")
+def cpu_mesh_refused(ctx):
+    """torch's tracker refuses a cpu mesh: OffsetBasedRNGTracker(cpu mesh) raises RuntimeError
+    naming "CUDA/CUDA-like/XPU" — why the rng checks are SKIPped, not failed, on the cpu
+    backend (torch.distributed.tensor._random, PR 103235)."""
+    mesh = DeviceMesh("cpu", list(range(ctx.world_size)))
+    try:
+        _random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
+    except RuntimeError as exc:
+        assert "CUDA/CUDA-like/XPU" in str(exc), str(exc)
+    else:
+        raise AssertionError("OffsetBasedRNGTracker accepted a cpu mesh")
+
+
+@check("rng.supported", requires=TRACKER)
+def supported(ctx):
+    """is_rng_supported_mesh is True for the device's mesh (the handle has set_rng_state), the
+    backend declares an RNG class other than "unsupported", and the tracker builds on the
+    rank's device (PR 103235, PR 102468)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    assert _random.is_rng_supported_mesh(mesh), f"is_rng_supported_mesh is False on {ctx.device_type}"
+    assert ctx.spec.capabilities.rng in ("offset-exact", "offset-consistent"), ctx.spec.capabilities.rng
+    tracker = _fresh(ctx, mesh)
+    expected = torch.device(ctx.device_type, ctx.rank % _handle(ctx).device_count())
+    assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
+
+
+@check("rng.state_layout", requires=TRACKER)
+def state_layout(ctx):
+    """get_rng_state() is 16 bytes that decode to (seed, offset): torch.manual_seed(s) gives
+    seed s at offset 0 on the device, a device random op moves the offset forward, the state
+    is accepted for the device as an int, a str and a torch.device, and set_rng_state restores
+    it (the Philox layout the tracker assumes, PR 103235)."""
+    handle = _handle(ctx)
+    torch.manual_seed(4321)
+    seed, offset = _device_seed_offset(ctx)
+    assert (seed, offset) == (4321, 0), f"after torch.manual_seed(4321): seed {seed}, offset {offset}"
+    saved = handle.get_rng_state(ctx.device)
+    first = torch.rand(64, device=ctx.device)
+    seed2, offset2 = _device_seed_offset(ctx)
+    assert seed2 == 4321 and offset2 > offset, f"after torch.rand(64): seed {seed2}, offset {offset2}"
+    for form in (ctx.device.index, str(ctx.device), ctx.device):
+        assert torch.equal(handle.get_rng_state(form), handle.get_rng_state(ctx.device)), form
+    handle.set_rng_state(saved, ctx.device)
+    assert _device_seed_offset(ctx) == (4321, 0), "set_rng_state did not restore the state"
+    assert_equal(torch.rand(64, device=ctx.device), first, "draw after restoring the state")
+
+
+@check("rng.manual_seed_sync", requires=TRACKER)
+def manual_seed_sync(ctx):
+    """DTensor's manual_seed(seed, mesh) gives every rank of the mesh that seed (offset 0), and
+    on a rank outside a sub-mesh it raises RuntimeError ("requires the current rank to be a
+    part of the device mesh") (torch.distributed.tensor._random.manual_seed, PR 103235)."""
+    torch.manual_seed(1000 + ctx.rank)
+    mesh = ctx.mesh((ctx.world_size,))
+    _random.manual_seed(777, mesh)
+    states = all_ranks_object(_device_seed_offset(ctx))
+    assert all(s == (777, 0) for s in states), f"(seed, offset) per rank after manual_seed: {states}"
+    half = ctx.world_size // 2
+    sub = DeviceMesh(ctx.device_type, list(range(half)))
+    if ctx.rank < half:
+        _random.manual_seed(778, sub)
+        assert _device_seed_offset(ctx)[0] == 778
+    else:
+        try:
+            _random.manual_seed(778, sub)
+        except RuntimeError as exc:
+            assert "part of the device mesh" in str(exc), str(exc)
+        else:
+            raise AssertionError("manual_seed on a sub-mesh did not raise on a non-member rank")
+
+
+@check("rng.tracker_type", requires=TRACKER)
+def tracker_type(ctx):
+    """With no tracker yet, the first random DTensor op creates an OffsetBasedRNGTracker on the
+    rank's device (PR 103235: the default policy)."""
+    torch.manual_seed(5)
+    _random._rng_tracker = None
+    mesh = ctx.mesh((ctx.world_size,))
+    _rand(mesh, (8, 4), [Shard(0)], ctx.device)
+    tracker = _random._rng_tracker
+    assert isinstance(tracker, _random.OffsetBasedRNGTracker), f"tracker is {type(tracker).__name__}"
+    expected = torch.device(ctx.device_type, ctx.rank % _handle(ctx).device_count())
+    assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
+
+
+@check("rng.offset_advance", requires=TRACKER)
+def offset_advance(ctx):
+    """After a random DTensor op every rank's offset moves from o to o + ceil4(numel of the
+    whole DTensor), for Shard(0), Shard(1) and Replicate of a (5, 7) tensor (35 -> 36) and a
+    2-D mesh layout (OffsetBasedRNGTracker._set_post_op_offset, PR 103235)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    mesh2 = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
+    _fresh(ctx, mesh)
+    for m, placements in ((mesh, [Shard(0)]), (mesh, [Shard(1)]), (mesh, [Replicate()]),
+                          (mesh2, [Shard(0), Replicate()])):
+        before = _device_seed_offset(ctx)[1]
+        _rand(m, (5, 7), placements, ctx.device)
+        after = all_ranks_object(_device_seed_offset(ctx)[1])
+        assert all(a == before + _ceil4(35) for a in after), (
+            f"{placements}: offsets after the op {after}, expected {before} + {_ceil4(35)} on every rank")
+
+
+def _assert_pairwise_distinct(pieces, what):
+    for i in range(len(pieces)):
+        for j in range(i + 1, len(pieces)):
+            assert not torch.equal(pieces[i], pieces[j]), f"{what}: shards {i} and {j} are equal"
+
+
+@check("rng.shard_distinct", requires=TRACKER)
+def shard_distinct(ctx):
+    """A random Shard(0) and a random Shard(1) DTensor hold different values on every shard
+    (each shard starts at its own offset) (PR 103235)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    _fresh(ctx, mesh)
+    for placement in (Shard(0), Shard(1)):
+        pieces = _gather_locals(_rand(mesh, (8, 8), [placement], ctx.device))
+        _assert_pairwise_distinct(pieces, str(placement))
+
+
+@check("rng.replicate_equal", requires=TRACKER)
+def replicate_equal(ctx):
+    """A random Replicate DTensor is the same on every rank (PR 103235)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    _fresh(ctx, mesh)
+    pieces = _gather_locals(_rand(mesh, (6, 5), [Replicate()], ctx.device))
+    for r, piece in enumerate(pieces):
+        assert_equal(piece, pieces[0], f"Replicate random values on rank {r} vs rank 0")
+
+
+@check("rng.mesh_2d", requires=TRACKER)
+def mesh_2d(ctx):
+    """On a (dp, tp) mesh a random [Shard(0), Replicate()] DTensor is equal along the replicate
+    (tp) dim and distinct along the shard (dp) dim (PR 103235)."""
+    mesh = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
+    _fresh(ctx, mesh)
+    local = _rand(mesh, (8, 6), [Shard(0), Replicate()], ctx.device).to_local().cpu()
+    along_tp = all_ranks_object(local, mesh["tp"].get_group())
+    for piece in along_tp:
+        assert_equal(piece, local, "random values along the replicate (tp) dim")
+    along_dp = all_ranks_object(local, mesh["dp"].get_group())
+    _assert_pairwise_distinct(along_dp, "along the shard (dp) dim")
+
+
+@check("rng.determinism", requires=TRACKER)
+def determinism(ctx):
+    """The same seed gives the same random DTensor: two runs after torch.manual_seed(s) (with a
+    fresh tracker each time) give bitwise equal local shards; another seed gives other values
+    (PR 103235)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    runs = []
+    for seed in (11, 11, 12):
+        _fresh(ctx, mesh, seed)
+        runs.append(_rand(mesh, (8, 6), [Shard(0)], ctx.device).to_local().cpu())
+    assert_equal(runs[1], runs[0], "second run with the same seed")
+    assert not torch.equal(runs[2], runs[0]), "a different seed gave the same values"
+
+
+@check("rng.offset_exact", requires=TRACKER + ("offset-exact",))
+def offset_exact(ctx):
+    """For an offset-exact backend a random Shard(0) DTensor equals, bit for bit, the same op on
+    one device at the same seed: shard r starts at offset r * local numel (a multiple of 4)
+    (PR 103235's offset policy)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    shape = (4 * ctx.world_size, 8)
+    _fresh(ctx, mesh, 99)
+    full = _rand(mesh, shape, [Shard(0)], ctx.device).full_tensor()
+    torch.manual_seed(99)
+    reference = torch.zeros(shape, device=ctx.device).uniform_()
+    assert_equal(full, reference, "Shard(0) random DTensor vs the single-device op")
+
+
+@check("rng.dropout", requires=TRACKER)
+def dropout(ctx):
+    """F.dropout on DTensors in training mode: a Replicate input gets the same mask on every
+    rank, a Shard(0) input a different mask on each shard; kept values are scaled by 1/(1-p)
+    (PR 103235: dropout is a tracked random op)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    _fresh(ctx, mesh)
+    ones = torch.ones(8, 16, device=ctx.device)
+    rep = F.dropout(distribute_tensor(ones, mesh, [Replicate()]), p=0.5, training=True).to_local().cpu()
+    assert set(rep.unique().tolist()) <= {0.0, 2.0}, f"dropout values {rep.unique().tolist()}"
+    for r, piece in enumerate(all_ranks_object(rep)):
+        assert_equal(piece, rep, f"Replicate dropout mask on rank {r}")
+    shard = F.dropout(distribute_tensor(ones, mesh, [Shard(0)]), p=0.5, training=True)
+    _assert_pairwise_distinct(_gather_locals(shard), "Shard(0) dropout masks")
+
+
+@check("rng.user_generator", requires=TRACKER)
+def user_generator(ctx):
+    """A random DTensor op given generator= (a device Generator) draws from that generator's
+    state — a reseeded generator repeats the values and matches the default generator at the
+    same seed — advances it by ceil4(numel), and leaves the default generator alone
+    (PR 103235's tracker with a user generator)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    _fresh(ctx, mesh, 5)
+    gen = torch.Generator(device=ctx.device)
+    default_before = _device_seed_offset(ctx)
+
+    def draw():
+        dt = distribute_tensor(torch.zeros(8, 6, device=ctx.device), mesh, [Shard(0)], src_data_rank=None)
+        return dt.uniform_(generator=gen).to_local().cpu()
+
+    gen.manual_seed(42)
+    first = draw()
+    seed, offset = _seed_offset(gen.get_state())
+    assert (seed, offset) == (42, _ceil4(48)), f"user generator (seed, offset) {(seed, offset)}"
+    assert _device_seed_offset(ctx) == default_before, "the default generator moved"
+    gen.manual_seed(42)
+    assert_equal(draw(), first, "reseeded user generator")
+    _fresh(ctx, mesh, 42)
+    default_draw = distribute_tensor(torch.zeros(8, 6, device=ctx.device), mesh, [Shard(0)],
+                                     src_data_rank=None).uniform_().to_local().cpu()
+    assert_equal(default_draw, first, "default generator at the same seed")
+
+
+@check("rng.fork_rng", requires=TRACKER)
+def fork_rng(ctx):
+    """torch.random.fork_rng(devices=[device], device_type=...) restores the device's RNG state
+    on exit: a draw after the block repeats the draw inside it (torch.random.fork_rng, which
+    the tracker runs every random op in)."""
+    torch.manual_seed(8)
+    before = _handle(ctx).get_rng_state(ctx.device).clone()
+    with torch.random.fork_rng(devices=[ctx.device], device_type=ctx.device_type):
+        inside = torch.rand(32, device=ctx.device)
+    assert torch.equal(_handle(ctx).get_rng_state(ctx.device), before), "fork_rng did not restore the state"
+    assert_equal(torch.rand(32, device=ctx.device), inside, "draw after fork_rng")
+
+
+@check("rng.run_state_sync", requires=TRACKER)
+def run_state_sync(ctx):
+    """OffsetBasedRNGTracker(mesh, run_state_sync=True) broadcasts rank 0's device RNG state:
+    ranks seeded differently all end with rank 0's (seed, offset) (PR 103235)."""
+    torch.manual_seed(200 + ctx.rank)
+    torch.rand(4 * (ctx.rank + 1), device=ctx.device)
+    rank0 = all_ranks_object(_device_seed_offset(ctx))[0]
+    mesh = ctx.mesh((ctx.world_size,))
+    _random._rng_tracker = _random.OffsetBasedRNGTracker(mesh, run_state_sync=True)
+    states = all_ranks_object(_device_seed_offset(ctx))
+    assert all(s == rank0 for s in states), f"states after run_state_sync {states}, rank 0 had {rank0}"
+
+
+@check("rng.init_weights", requires=TRACKER)
+def init_weights(ctx):
+    """nn.init uniform_, normal_, trunc_normal_ and kaiming_uniform_ on DTensor parameters are
+    deterministic at a seed, give equal replicas for Replicate and distinct shards for
+    Shard(0) (PR 103235: parameter init through the tracker)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    inits = {
+        "uniform_": nn.init.uniform_,
+        "normal_": nn.init.normal_,
+        "trunc_normal_": nn.init.trunc_normal_,
+        "kaiming_uniform_": lambda t: nn.init.kaiming_uniform_(t, a=5 ** 0.5),
+    }
+    for name, init in inits.items():
+        for placement in (Replicate(), Shard(0)):
+            results = []
+            for _ in range(2):
+                _fresh(ctx, mesh, 31)
+                param = nn.Parameter(distribute_tensor(torch.empty(8, 6, device=ctx.device), mesh,
+                                                       [placement], src_data_rank=None))
+                with torch.no_grad():
+                    init(param)
+                results.append(param.to_local().detach().cpu())
+            assert_equal(results[1], results[0], f"{name} on {placement}: same seed")
+            pieces = all_ranks_object(results[0])
+            if placement == Replicate():
+                for r, piece in enumerate(pieces):
+                    assert_equal(piece, results[0], f"{name} replica on rank {r}")
+            else:
+                _assert_pairwise_distinct(pieces, f"{name} on Shard(0)")
+
+
+@check("rng.submesh", requires=TRACKER)
+def submesh(ctx):
+    """A random op on a DTensor of a sub-mesh (the first half of the ranks): members advance
+    their offset by ceil4(numel) and hold distinct shards; non-members do not run the op and
+    their RNG state is left unchanged (PR 103235: "the RNG state may be asynchronous outside of
+    participating ranks")."""
+    full_mesh = ctx.mesh((ctx.world_size,))
+    _fresh(ctx, full_mesh)
+    half = ctx.world_size // 2
+    sub = DeviceMesh(ctx.device_type, list(range(half)))
+    before = _device_seed_offset(ctx)
+    dt = distribute_tensor(torch.zeros(8, 4, device=ctx.device), sub, [Shard(0)], src_data_rank=None)
+    dt.uniform_()
+    after = _device_seed_offset(ctx)
+    pieces = all_ranks_object(dt.to_local().cpu())
+    if ctx.rank < half:
+        assert after == (before[0], before[1] + _ceil4(32)), f"member state {before} -> {after}"
+        _assert_pairwise_distinct(pieces[:half], "sub-mesh shards")
+    else:
+        assert after == before, f"non-member state changed {before} -> {after}"
+        assert dt.to_local().numel() == 0
+    dist.barrier()
