@@ -16,7 +16,9 @@ The package is made of three kinds of files, so nothing accelkit already has is 
 3. **Template** (``device_templates/cuda_like/``): packaging, the package ``__init__``, the
    ``BackendSpec`` module, tox.ini, README, the empty expectations file. Files ending in
    ``.tmpl`` (and every path) are :class:`string.Template` texts (``${name}``, ``${cname}``, ...,
-   see :meth:`Names.mapping`); ``$$`` is a literal ``$``. Other files are copied as they are.
+   see :meth:`Names.mapping`; setup.py also gets the mock's extension sources and compiler
+   flags, :func:`_extension_mapping`); ``$$`` is a literal ``$``. Other files are copied as
+   they are.
 
 Everything is rendered in memory and validated before the first file is written: bad input
 writes nothing.
@@ -25,6 +27,7 @@ writes nothing.
 from __future__ import annotations
 
 import ast
+import json
 import keyword
 import re
 import string
@@ -102,7 +105,8 @@ class Names:
         }
 
     def tokens(self) -> list[tuple[str, str]]:
-        """The (mock text, replacement) pairs applied, in order, to the mock's sources."""
+        """The (mock text, replacement) pairs applied, in order, to the mock's sources (each
+        occurrence once: a replacement is never replaced again)."""
         m = self.mapping()
         return [
             ("ACCELKIT_MOCK_", f"{m['NAME']}_"),  # env vars: ACCELKIT_MOCK_DEVICES -> DEMO_DEVICES
@@ -115,6 +119,7 @@ class Names:
             ("MOCK", m["NAME"]),
             ("Mock", m["Name"]),
             ("mock", self.name),
+            ("issue #", "accelkit issue #"),  # references to accelkit's tracker stay accelkit's
         ]
 
 
@@ -191,11 +196,12 @@ MOCK_SOURCES: tuple[tuple[str, str], ...] = (
 )
 
 #: Top-level definitions of rendered Python modules replaced by the template's version:
-#: file name -> {definition name -> source, "" to drop it}. mccl.py JIT-builds its extension
-#: from csrc/ (the mock ships sources); a vendor package imports the one built by setup.py.
+#: file name -> {definition name -> source, "" to drop it}; a decorator stays. mccl.py JIT-builds
+#: its extension from csrc/ (the mock ships sources); a vendor package imports the one built by
+#: setup.py.
 PY_OVERRIDES: dict[str, dict[str, str]] = {
     "mccl.py": {
-        "__doc__": '''"""${cname}, the ${name} device's collective library: a C++ ``c10d::Backend`` (issue #7).
+        "__doc__": '''"""${cname}, the ${name} device's collective library: a C++ ``c10d::Backend``.
 
 Rendered by ``accelkit new`` from accelkit's mccl (``accelkit/backends/mock/mccl.py``). The
 transport is ``csrc/${cname}_shm.h`` (shared memory between the ranks of one host): replace it
@@ -210,8 +216,6 @@ with calls into your collective library; the glue between c10d and a transport,
     from torch_${name} import _${cname}
 
     return _${cname}''',
-        "_CSRC": "",
-        "Path": "",
     },
 }
 
@@ -290,9 +294,29 @@ def _mock_files(names: Names) -> dict[str, str]:
     return files
 
 
+def _extension_mapping(names: Names) -> dict[str, str]:
+    """The sources and compiler flags of the two extensions, as the mock builds them
+    (``accelkit.backends.mock_spec.EXTENSIONS``), for setup.py: ``${device_sources}``,
+    ``${device_cflags}``, ``${ccl_sources}``, ``${ccl_cflags}`` (JSON lists)."""
+    from accelkit.backends.mock_spec import EXTENSIONS
+
+    mapping = {}
+    for key, prefix in (("device", "device"), (MOCK_CCL, "ccl")):
+        if key not in EXTENSIONS:
+            raise TemplateError(
+                f"accelkit.backends.mock_spec.EXTENSIONS has no {key!r} entry (it has "
+                f"{', '.join(EXTENSIONS)}); the renderer takes the {prefix} extension from it")
+        ext = EXTENSIONS[key]
+        sources = [f"csrc/{_substitute(Path(src).name, names, 'mock_spec.EXTENSIONS')}"
+                   for src in ext["sources"]]
+        mapping[f"{prefix}_sources"] = json.dumps(sources)
+        mapping[f"{prefix}_cflags"] = json.dumps(list(ext.get("cflags", [])))
+    return mapping
+
+
 def _template_files(names: Names) -> dict[str, str]:
     files: dict[str, str] = {}
-    mapping = names.mapping()
+    mapping = {**names.mapping(), **_extension_mapping(names)}
     for path in sorted(p for p in TEMPLATE_DIR.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts:
             continue
