@@ -37,16 +37,12 @@ ORDER: tuple[Outcome, ...] = (Outcome.PASS, Outcome.FAIL, Outcome.ERROR, Outcome
                               Outcome.CRASH, Outcome.SKIP, Outcome.XFAIL, Outcome.XPASS,
                               Outcome.UNAVAILABLE)
 
-#: Per-rank statuses: what one rank saw (``crash``/``timeout``/``aborted`` are set by the pool).
-RANK_STATUSES = ("pass", "fail", "error", "skip", "crash", "timeout", "aborted")
-
-
 @dataclass
 class RankResult:
     """What one rank reported for one check (or what the pool saw happen to it)."""
 
     rank: int
-    status: str
+    status: str  # pass, fail, error, skip; or set by the pool: crash, timeout, aborted
     message: str = ""
     traceback: str = ""
     duration_s: float = 0.0

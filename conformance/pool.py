@@ -273,8 +273,3 @@ class Pool:
         self.conns = []
         self._logdir.cleanup()
 
-    def __enter__(self) -> Pool:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()

@@ -22,7 +22,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from pathlib import Path
 
 from accelkit.conformance.api import CheckDef
 from accelkit.conformance.expectations import Expectation
@@ -274,9 +273,3 @@ class Runner:
             self.report.duration_s = round(time.perf_counter() - started, 3)
         return self.report
 
-
-def expectations_path(spec: BackendSpec, override: str | None) -> Path | None:
-    """``--expectations`` if given, else the file the backend ships (if any)."""
-    if override:
-        return Path(override)
-    return spec.expectations
