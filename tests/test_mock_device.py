@@ -69,8 +69,10 @@ if not INNER:
                 "'vendorx' in this process") in proc.stderr
 
     @pytest.mark.parametrize("var,value,message", [
-        ("ACCELKIT_MOCK_DEVICES", "abc", "ACCELKIT_MOCK_DEVICES=abc is not a device count: use an "
-                                         "integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
+        ("ACCELKIT_MOCK_DEVICES", "0", "ACCELKIT_MOCK_DEVICES=0 is not a device count: use an "
+                                       "integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
+        ("ACCELKIT_MOCK_DEVICES", "65", "ACCELKIT_MOCK_DEVICES=65 is not a device count: use an "
+                                        "integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
         ("ACCELKIT_MOCK_MEMORY", "lots", "ACCELKIT_MOCK_MEMORY=lots is not a memory size: use bytes"
                                          " with an optional unit, e.g. 8GiB, 512MiB, 64MB or "
                                          "1000000"),
