@@ -1,0 +1,129 @@
+"""How the backend is registered with torch: the device's default collective library (PR 102468
+added a default backend per device so DeviceMesh can pick it), the default group's backend for
+the device (PR 102336: DeviceMesh only sees a dispatchable process group), the device handle
+``torch.<device>`` that DeviceMesh / DTensor / the RNG tracker call (PR 102468), the
+``torch.accelerator`` API, and seeding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from accelkit.conformance.api import check
+from accelkit.conformance.checks._util import all_ranks_object, assert_equal
+
+
+def _handle(ctx):
+    return getattr(torch, ctx.device_type)
+
+
+@check("registration.default_backend_for_device")
+def default_backend_for_device(ctx):
+    """Backend.default_device_backend_map and get_default_backend_for_device name the backend's
+    collective library for its device type (given as a str and as a torch.device), and the
+    library is a known Backend (PR 102468: a default backend per device)."""
+    be = ctx.spec.collective_backend
+    mapped = dist.Backend.default_device_backend_map.get(ctx.device_type)
+    assert mapped == be, f"default_device_backend_map[{ctx.device_type!r}] is {mapped!r}, expected {be!r}"
+    for device in (ctx.device_type, ctx.device):
+        got = dist.get_default_backend_for_device(device)
+        assert got == be, f"get_default_backend_for_device({device!r}) is {got!r}, expected {be!r}"
+    assert be in dist.Backend.backend_list, f"{be!r} is not in Backend.backend_list"
+    capability = dist.Backend.backend_capability.get(be, [])
+    assert ctx.device_type in capability, f"Backend.backend_capability[{be!r}] = {capability}"
+
+
+@check("registration.group_backend_for_device")
+def group_backend_for_device(ctx):
+    """The default group's backend for the device is the backend's library and reports its own
+    name (Backend.name(), not torch's generic "custom"); the group's backend config maps the
+    device type to it; for out-of-tree libraries torch's BackendType is CUSTOM, the one place a
+    generic name is expected (PR 102336: the dispatchable process group)."""
+    pg = dist.group.WORLD
+    be = ctx.spec.collective_backend
+    device_backend = pg._get_backend(torch.device(ctx.device_type))
+    assert device_backend.name() == be, (
+        f"the default group's {ctx.device_type} backend reports {device_backend.name()!r}, expected {be!r}")
+    config = dist.get_backend_config(pg)
+    assert f"{ctx.device_type}:{be}" in config, f"get_backend_config() is {config!r}"
+    builtin = be.upper() in ("GLOO", "NCCL", "XCCL", "UCC", "MPI")
+    expected_type = (dist.ProcessGroup.BackendType.CUSTOM if not builtin
+                     else getattr(dist.ProcessGroup.BackendType, be.upper()))
+    assert dist.Backend.backend_type_map[be] == expected_type, dist.Backend.backend_type_map[be]
+    t = torch.tensor([1.0], device=ctx.device)
+    pg.allreduce([t]).wait()
+    assert_equal(t, torch.tensor([float(ctx.world_size)]), "ProcessGroup.allreduce on the device")
+
+
+@check("registration.device_handle_contract")
+def device_handle_contract(ctx):
+    """accelkit's device-handle checker (accelkit.core.check_device_handle) finds no errors in
+    torch.<device>: every member DeviceMesh, DTensor and fork_rng call behaves (PR 102468's
+    cuda-like device handle); on cpu torch's own limits are reported as unsupported, not errors."""
+    from accelkit.core import check_device_handle
+
+    report = check_device_handle(ctx.device_type)
+    assert not report.errors, f"check_device_handle({ctx.device_type!r}) found errors:\n{report.render()}"
+
+
+@check("registration.accelerator_api", requires=("accelerator",))
+def accelerator_api(ctx):
+    """torch.accelerator reports the device: available, current_accelerator() is the device
+    type, device_count() matches torch.<device>, the current index is the rank's device, and
+    set_device_index / synchronize work (torch.accelerator on the registered device)."""
+    acc = torch.accelerator
+    assert acc.is_available(), "torch.accelerator.is_available() is False"
+    current = acc.current_accelerator()
+    assert current is not None and current.type == ctx.device_type, f"current_accelerator() is {current}"
+    assert acc.device_count() == _handle(ctx).device_count(), (
+        f"torch.accelerator.device_count() {acc.device_count()} != "
+        f"torch.{ctx.device_type}.device_count() {_handle(ctx).device_count()}")
+    assert acc.current_device_index() == ctx.device.index, (
+        f"current_device_index() {acc.current_device_index()}, expected {ctx.device.index}")
+    other = (ctx.device.index + 1) % acc.device_count()
+    acc.set_device_index(other)
+    try:
+        assert _handle(ctx).current_device() == other, "set_device_index did not reach the device handle"
+    finally:
+        acc.set_device_index(ctx.device.index)
+    torch.ones(4, device=ctx.device).add_(1)
+    acc.synchronize()
+    assert torch._C._get_accelerator().type == ctx.device_type
+
+
+@check("registration.manual_seed_reaches_device", requires=("accelerator",))
+def manual_seed_reaches_device(ctx):
+    """torch.manual_seed(s) seeds the device generator too (initial_seed() is s and the device
+    draws repeat after reseeding, differ for another seed), so every rank seeding alike draws
+    alike on its device (torch.manual_seed; needs manual_seed_all and _is_in_bad_fork on
+    torch.<device>)."""
+    handle = _handle(ctx)
+    torch.manual_seed(2024)
+    assert handle.initial_seed() == 2024, f"torch.{ctx.device_type}.initial_seed() is {handle.initial_seed()}"
+    first = torch.rand(16, device=ctx.device).cpu()
+    torch.manual_seed(2024)
+    assert_equal(torch.rand(16, device=ctx.device), first, "device draw after reseeding")
+    torch.manual_seed(2025)
+    assert not torch.equal(torch.rand(16, device=ctx.device).cpu(), first), "another seed drew the same values"
+    torch.manual_seed(2024)
+    draws = all_ranks_object(torch.rand(16, device=ctx.device).cpu())
+    for r, d in enumerate(draws):
+        assert_equal(d, first, f"rank {r}'s device draw at the same seed")
+
+
+@check("registration.device_module", requires=("accelerator",))
+def device_module(ctx):
+    """The device is usable through the normal torch surface: torch.<device> is registered,
+    tensors move to and from it with their values, and for a PrivateUse1 device the backend is
+    renamed to the device and Tensor.is_<device> is generated (torch.utils
+    .rename_privateuse1_backend / generate_methods_for_privateuse1_backend, PR 102468)."""
+    assert torch._get_device_module(ctx.device_type) is _handle(ctx)
+    host = torch.arange(6.0).reshape(2, 3)
+    on_device = host.to(ctx.device)
+    assert on_device.device == ctx.device and on_device.device.type == ctx.device_type
+    assert_equal(on_device.cpu(), host, "round trip through the device")
+    if ctx.device_type not in ("cuda", "xpu", "mps", "hpu"):
+        name = torch._C._get_privateuse1_backend_name()
+        assert name == ctx.device_type, f"PrivateUse1 is named {name!r}, expected {ctx.device_type!r}"
+        flag = getattr(on_device, f"is_{ctx.device_type}", None)
+        assert flag is True, f"Tensor.is_{ctx.device_type} is {flag!r}"
