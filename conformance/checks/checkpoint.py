@@ -76,7 +76,7 @@ def sharded_roundtrip(ctx):
 @check("checkpoint.reshard_shard1")
 def reshard_shard1(ctx):
     """A checkpoint saved as Shard(0) over the ranks loads into a Shard(1) DTensor: each rank
-    gets its column block of the saved tensor (DCP resharding on load)."""
+    gets its column block of the saved tensor (torch.distributed.checkpoint.load reshards on load)."""
     with shared_tmpdir() as tmp:
         path = os.path.join(tmp, "ckpt")
         weight, _, _ = _saved_shard0(ctx, path)
@@ -87,7 +87,7 @@ def reshard_shard1(ctx):
 @check("checkpoint.reshard_replicate")
 def reshard_replicate(ctx):
     """A checkpoint saved as Shard(0) loads into a Replicate DTensor: every rank gets the whole
-    saved tensor (DCP resharding on load)."""
+    saved tensor (torch.distributed.checkpoint.load reshards on load)."""
     with shared_tmpdir() as tmp:
         path = os.path.join(tmp, "ckpt")
         weight, _, _ = _saved_shard0(ctx, path)
@@ -99,7 +99,7 @@ def reshard_replicate(ctx):
 def reshard_2d(ctx):
     """A checkpoint saved as Shard(0) on a 1-D mesh loads into [Shard(0), Shard(1)] and into
     [Replicate(), Shard(0)] on a 2-D (dp, tp) mesh, each rank getting its block (DCP
-    resharding on load)."""
+    resharding on load, torch.distributed.checkpoint.load)."""
     mesh = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
     with shared_tmpdir() as tmp:
         path = os.path.join(tmp, "ckpt")

@@ -591,7 +591,7 @@ def submesh_non_members(ctx):
 def meta_to_empty(ctx):
     """A module built on the meta device and distributed there holds meta DTensors; to_empty
     onto the rank's device materialises local shards of the right shape on that device, and
-    loading values then gives the single-device output (DTensor on meta, Module.to_empty)."""
+    loading values then gives the single-device output (DTensor on meta, torch.nn.Module.to_empty)."""
     mesh = ctx.mesh((ctx.world_size,))
     with torch.device("meta"):
         module = nn.Linear(6, 8, bias=False)

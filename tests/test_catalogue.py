@@ -1,0 +1,178 @@
+"""Static tests of the conformance catalogue (issue #6): what is in it, not whether it passes
+(the engine runs it: ``accelkit conformance --backend cpu``).
+
+Every area module is present, ids are unique and match their module, every docstring names
+its source, requirements are consistent, and every behaviour the design seeds
+(``shared/seeds``: PRs 103235, 102468, 102336, 134247) and the issue's floor list describe
+maps to checks that exist.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from accelkit.conformance.api import CHECKS
+from accelkit.conformance.checks import load_all
+
+AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint")
+PACKAGE = "accelkit.conformance.checks"
+
+#: Each behaviour the seed PRs describe -> the checks that exercise it.
+SEED_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
+    "103235": {
+        "the tracker keeps RNG state as a ByteTensor (16-byte Philox seed + offset)":
+            ("rng.state_layout", "rng.supported"),
+        "_distribute_region runs every random DTensor op (OffsetBasedRNGTracker is the default)":
+            ("rng.tracker_type", "rng.offset_advance", "dtensor.factory_random"),
+        "the default policy: shards get distinct streams, replicas equal ones":
+            ("rng.shard_distinct", "rng.replicate_equal", "rng.mesh_2d", "rng.dropout",
+             "tp.dropout_deterministic"),
+        "RNG states are shared and synchronized among ranks":
+            ("rng.manual_seed_sync", "rng.run_state_sync", "rng.determinism", "rng.offset_exact",
+             "tp.dropout_offset_exact"),
+        "the RNG state may be asynchronous outside participating ranks (sub-mesh)":
+            ("rng.submesh",),
+        "a user generator and fork_rng around the region":
+            ("rng.user_generator", "rng.fork_rng"),
+        "parameter init goes through the tracker":
+            ("rng.init_weights", "tp.meta_init_2d"),
+        "the tracker only supports cuda-like devices (cpu refused)":
+            ("rng.cpu_mesh_refused",),
+    },
+    "102468": {
+        "Backend has a default backend per device (registered for a new device)":
+            ("registration.default_backend_for_device", "devicemesh.device_selection"),
+        "DeviceMesh uses the device handle for cuda-like devices (device_count, set_device)":
+            ("devicemesh.device_selection", "registration.device_handle_contract",
+             "registration.device_module", "rng.supported"),
+        "DTensor supports cuda-like devices":
+            ("dtensor.local_device_index", "dtensor.distribute_1d", "registration.accelerator_api",
+             "registration.manual_seed_reaches_device"),
+    },
+    "102336": {
+        "DeviceMesh uses the dispatchable process group (backends integrate through c10d only)":
+            ("registration.group_backend_for_device", "devicemesh.dim_group_dispatch",
+             "devicemesh.mesh_2d_names", "devicemesh.submesh_collective_members",
+             "collectives.functional"),
+    },
+    "134247": {
+        "device_mesh is optional: parallelize_module takes it from the ambient `with mesh:`":
+            ("tp.ambient_mesh",),
+        "the FeedForward example calls parallelize_module inside __init__ under `with mesh:`":
+            ("tp.feedforward_in_init",),
+        "w2's Partial output may be returned as is or redistributed to Replicate":
+            ("tp.partial_output",),
+        "parallelize_plan=None warns and does nothing (also the description's positional call)":
+            ("tp.plan_none_warns",),
+        "no mesh argument and no ambient mesh is an error":
+            ("tp.no_mesh_raises",),
+        "an n-D ambient mesh is taken whole: the user must pick the intended (TP) mesh":
+            ("tp.nd_ambient_mesh",),
+        "distribute_tensor / distribute_module / from_local also take the ambient mesh":
+            ("dtensor.ambient_mesh",),
+        "out-of-model annotation with FQNs remains available":
+            ("tp.dict_plan_wildcards",),
+        "inputs and activations may be redistributed by the model itself":
+            ("tp.prepare_module_io", "dtensor.redistribute_1d"),
+    },
+}
+
+#: The floor list of issue #6, by the issue's names -> the checks that cover each item.
+FLOOR: dict[str, tuple[str, ...]] = {
+    "registration": ("default_backend_for_device", "group_backend_for_device",
+                     "device_handle_contract", "accelerator_api", "manual_seed_reaches_device"),
+    "collectives": ("all_reduce_sum", "all_reduce_product", "all_reduce_min", "all_reduce_max",
+                    "all_reduce_avg", "all_reduce_bitwise", "broadcast_every_root", "reduce",
+                    "all_gather", "all_gather_single", "all_gather_into_tensor", "reduce_scatter",
+                    "reduce_scatter_single", "reduce_scatter_tensor", "all_to_all_single_equal",
+                    "all_to_all_single_uneven", "all_to_all", "gather", "scatter", "send_recv_ring",
+                    "barrier", "async_work", "functional", "subgroup_half", "non_contiguous",
+                    "all_reduce_64mib"),
+    "devicemesh": ("mesh_1d", "mesh_2d_names", "mesh_3d", "slice_by_name", "coordinate_local_rank",
+                   "flatten", "context_manager", "device_selection", "mesh_larger_than_world",
+                   "from_group", "submesh_collective_members"),
+    "dtensor": ("distribute_1d", "distribute_2d", "from_local_to_local", "redistribute_1d",
+                "redistribute_2d", "partial", "elementwise", "matmul", "reductions", "view_ops",
+                "softmax", "layer_norm", "embedding", "autograd", "factory", "factory_random",
+                "local_device_index", "distribute_module", "ambient_mesh", "comm_counts",
+                "from_local_run_check", "submesh_non_members", "meta_to_empty", "save_load"),
+    "rng": ("supported", "state_layout", "manual_seed_sync", "tracker_type", "offset_advance",
+            "shard_distinct", "replicate_equal", "mesh_2d", "determinism", "offset_exact", "dropout",
+            "user_generator", "fork_rng", "run_state_sync", "init_weights", "submesh"),
+    "tp": ("colwise", "rowwise", "mlp", "sequence_parallel", "prepare_module_io",
+           "dict_plan_wildcards", "ambient_mesh", "feedforward_in_init", "partial_output",
+           "plan_none_warns", "no_mesh_raises", "transformer_block", "dropout_deterministic",
+           "dropout_offset_exact", "optimizer_step", "meta_init_2d", "comm_counts"),
+    "checkpoint": ("sharded_roundtrip", "reshard_shard1", "reshard_replicate", "reshard_2d",
+                   "tp_model_roundtrip"),
+}
+
+SOURCE = re.compile(r"PR \d{6}|torch\.|DTensor\.|DeviceMesh\.|accelkit\.core")
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    load_all()
+    return {cid: c for cid, c in CHECKS.items() if c.module.startswith(PACKAGE + ".")}
+
+
+def test_every_area_has_its_module_and_only_those(catalogue):
+    assert {c.area for c in catalogue.values()} == set(AREAS)
+    for cid, c in catalogue.items():
+        assert c.module == f"{PACKAGE}.{c.area}", f"{cid} is defined in {c.module}"
+
+
+def test_ids_are_unique_and_well_formed(catalogue):
+    names = [c.fn.__module__ + "." + c.fn.__qualname__ for c in catalogue.values()]
+    assert len(names) == len(set(names)), "one function registered under two ids"
+    for cid in catalogue:
+        assert re.fullmatch(r"[a-z]+\.[a-z0-9_]+", cid), cid
+
+
+def test_every_docstring_states_the_behaviour_and_its_source(catalogue):
+    for cid, c in catalogue.items():
+        assert len(c.doc.split()) >= 12, f"{cid}: docstring too short to state the behaviour"
+        assert SOURCE.search(c.doc), f"{cid}: docstring names no source (PR number or torch API)"
+
+
+def test_seed_behaviours_map_to_existing_checks(catalogue):
+    for pr, behaviours in SEED_COVERAGE.items():
+        for behaviour, ids in behaviours.items():
+            missing = [cid for cid in ids if cid not in catalogue]
+            assert not missing, f"PR {pr} '{behaviour}': no check {missing}"
+
+
+def test_checks_named_after_a_seed_pr_are_in_its_table(catalogue):
+    covered = {pr: {cid for ids in table.values() for cid in ids} for pr, table in SEED_COVERAGE.items()}
+    for cid, c in catalogue.items():
+        for pr in re.findall(r"PR (\d{6})", c.doc):
+            assert pr in covered, f"{cid} cites PR {pr}, which is not a seed"
+
+
+def test_issue_floor_list_is_covered(catalogue):
+    for area, names in FLOOR.items():
+        missing = [f"{area}.{n}" for n in names if f"{area}.{n}" not in catalogue]
+        assert not missing, f"floor items without a check: {missing}"
+
+
+def test_requirements_are_consistent(catalogue):
+    for cid, c in catalogue.items():
+        if c.area == "rng" and cid != "rng.cpu_mesh_refused":
+            assert "rng-tracker" in c.requires, f"{cid} must require rng-tracker (SKIP on cpu)"
+        if "offset-exact" in c.requires:
+            assert "rng-tracker" in c.requires, f"{cid}: offset-exact implies rng-tracker"
+        assert c.world_size in (4, 8), f"{cid}: world_size {c.world_size}"
+        if c.world_size == 8:
+            assert cid == "devicemesh.mesh_3d", f"{cid} needs 8 ranks; only the 3-D mesh should"
+
+
+def test_cpu_backend_runs_every_check_it_can(catalogue):
+    from accelkit.core import registry
+
+    cpu = registry.get("cpu")
+    skipped = {cid for cid, c in catalogue.items() if cpu.capabilities.missing(c.requires, "cpu")}
+    allowed = {cid for cid, c in catalogue.items()
+               if {"rng-tracker", "accelerator"} & set(c.requires)}
+    assert skipped == allowed
+    assert len(catalogue) - len(skipped) >= 80, "the cpu backend should run most of the catalogue"
