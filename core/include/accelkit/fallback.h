@@ -12,9 +12,9 @@
 //    place (an out= argument the kernel resizes is moved back onto the device tensor); fresh
 //    outputs are adopted as device tensors without a copy, views of inputs become views of
 //    the device inputs, and a returned argument is the argument itself.
-//    Other runtimes: at::native::cpu_fallback, which copies every argument to the host and
-//    the results back (correct for any memory, slower); view ops still take the zero-copy
-//    path, as they only compute metadata.
+//    Other runtimes: the same, over host copies of the arguments' storages (one per distinct
+//    storage, so aliasing is kept); every copy the kernel changed is uploaded back, fresh
+//    outputs are uploaded to new device storages. Correct for any memory, slower.
 #pragma once
 
 #include <accelkit/generator.h>
@@ -24,10 +24,10 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/native/CPUFallback.h>
 #include <c10/util/SmallVector.h>
 #include <torch/library.h>
 
+#include <cstring>
 #include <string_view>
 
 namespace accelkit {
@@ -83,12 +83,21 @@ inline int check_devices(const c10::OperatorHandle& op, const torch::jit::Stack&
   return index;
 }
 
+// A device tensor argument and the CPU tensor the kernel gets for it.
 struct Wrapped {
   at::Tensor device;     // the caller's device tensor
-  at::Tensor host;       // the CPU view handed to the kernel
+  at::Tensor host;       // the CPU tensor handed to the kernel
   c10::StorageImpl* host_storage;
   const void* host_data;
   bool mutable_arg;
+};
+
+// Copying runtimes: one host copy per distinct device storage (so arguments that alias on the
+// device alias on the host), with the bytes as they were before the kernel.
+struct Image {
+  c10::StorageImpl* device;
+  c10::Storage host;
+  at::Tensor before;  // snapshot, to find writes the schema does not announce
 };
 
 struct Adopted {
@@ -98,32 +107,63 @@ struct Adopted {
 
 // Small inline vectors: the fallback runs for every op, heap allocations show in tiny ops.
 using Wrappeds = c10::SmallVector<Wrapped, 4>;
+using Images = c10::SmallVector<Image, 4>;
 using Adopteds = c10::SmallVector<Adopted, 2>;
 using StorageList = c10::SmallVector<c10::StorageImpl*, 4>;
 
-inline at::Tensor wrap(const at::Tensor& t, bool is_mutable, Wrappeds& wrapped,
-                       StorageList& cpu_args) {
+struct Context {
+  bool zero_copy;  // Runtime::host_accessible(): views of device memory, no copies
+  Wrappeds wrapped;
+  Images images;
+  Adopteds adopted;
+  StorageList cpu_args;
+};
+
+inline at::Tensor wrap(const at::Tensor& t, bool is_mutable, Context& ctx) {
   if (!is_device(t)) {
-    if (t.defined() && t.has_storage()) cpu_args.push_back(t.storage().unsafeGetStorageImpl());
+    if (t.defined() && t.has_storage()) ctx.cpu_args.push_back(t.storage().unsafeGetStorageImpl());
     return t;
   }
-  at::Tensor host = host_view(t, is_mutable);
-  wrapped.push_back({t, host, host.storage().unsafeGetStorageImpl(),
-                     host.storage().data(), is_mutable});
+  at::Tensor host;
+  if (ctx.zero_copy) {
+    host = host_view(t, is_mutable);
+  } else {
+    c10::StorageImpl* ds = t.storage().unsafeGetStorageImpl();
+    const Image* image = nullptr;
+    for (const Image& i : ctx.images) {
+      if (i.device == ds) image = &i;
+    }
+    if (image == nullptr) {
+      c10::Storage copy = download_storage(t.storage());
+      at::Tensor before = at::empty({static_cast<int64_t>(copy.nbytes())}, at::kByte);
+      if (copy.nbytes() > 0) std::memcpy(before.data_ptr(), copy.data(), copy.nbytes());
+      ctx.images.push_back({ds, copy, before});
+      image = &ctx.images.back();
+    }
+    host = host_tensor(image->host, t);
+  }
+  ctx.wrapped.push_back({t, host, host.storage().unsafeGetStorageImpl(), host.storage().data(),
+                         is_mutable});
   return host;
 }
 
-// After the kernel: a mutable argument whose CPU view was resized, reallocated or re-pointed
-// gets the new metadata (and the new memory, adopted) on the device tensor.
-inline void sync_mutable(const Wrapped& w) {
+// A device storage for the bytes of a CPU storage: adopted, or uploaded into a new one.
+inline c10::Storage device_storage_for(const Context& ctx, const c10::Storage& cpu, int device) {
+  return ctx.zero_copy ? adopt_storage(cpu, device) : upload_new_storage(cpu, device);
+}
+
+// After the kernel, for each argument: a CPU tensor the kernel re-pointed (set_) or whose
+// memory it reallocated (resize) moves its storage onto the device tensor; changed metadata
+// (an out= argument resized) is copied onto the device tensor.
+inline void sync_argument(const Context& ctx, const Wrapped& w) {
   if (!w.mutable_arg) return;
   const at::Tensor& h = w.host;
   c10::TensorImpl* dev = w.device.unsafeGetTensorImpl();
   const int device = w.device.device().index();
   c10::StorageImpl* hs = h.storage().unsafeGetStorageImpl();
   if (hs != w.host_storage) {
-    dev->set_storage_keep_dtype(adopt_storage(h.storage(), device));
-  } else if (hs->data() != w.host_data) {
+    dev->set_storage_keep_dtype(device_storage_for(ctx, h.storage(), device));
+  } else if (ctx.zero_copy && hs->data() != w.host_data) {
     c10::Storage adopted = adopt_storage(h.storage(), device);
     c10::StorageImpl* ds = w.device.storage().unsafeGetStorageImpl();
     ds->set_data_ptr_noswap(std::move(adopted.unsafeGetStorageImpl()->mutable_data_ptr()));
@@ -135,32 +175,43 @@ inline void sync_mutable(const Wrapped& w) {
   }
 }
 
+// Copying runtimes: upload every host copy the kernel wrote (grown if the kernel resized it).
+// Bytes are compared with the snapshot, not just the schema's (a!) marks: some CPU kernels
+// write arguments their schema does not mark (native_batch_norm's running statistics).
+inline void upload_images(const Context& ctx) {
+  for (const Image& image : ctx.images) {
+    const c10::StorageImpl* hs = image.host.unsafeGetStorageImpl();
+    const size_t n = hs->nbytes();
+    const bool changed = n != static_cast<size_t>(image.before.numel()) ||
+                         (n > 0 && std::memcmp(hs->data(), image.before.data_ptr(), n) != 0);
+    if (!changed) continue;
+    if (n > image.device->nbytes()) resize_bytes(image.device, n);
+    upload_storage(image.host, image.device);
+  }
+}
 
-
-inline at::Tensor to_device(const at::Tensor& out, int device, const Wrappeds& wrapped,
-                            Adopteds& adopted,
-                            const StorageList& cpu_args) {
+inline at::Tensor to_device(const at::Tensor& out, int device, Context& ctx) {
   if (!out.defined() || !out.device().is_cpu()) return out;
   c10::TensorImpl* impl = out.unsafeGetTensorImpl();
   c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
-  for (const Wrapped& w : wrapped) {
+  for (const Wrapped& w : ctx.wrapped) {
     if (w.host.unsafeGetTensorImpl() == impl) return w.device;  // a returned argument
   }
-  for (const Wrapped& w : wrapped) {
+  for (const Wrapped& w : ctx.wrapped) {
     if (w.host.storage().unsafeGetStorageImpl() == storage) {  // a view of an argument
       return device_tensor(w.device.storage(), out);
     }
   }
-  for (const Adopted& a : adopted) {
+  for (const Adopted& a : ctx.adopted) {
     if (a.cpu == storage) return device_tensor(a.device, out);  // shares a fresh output
   }
-  for (c10::StorageImpl* cpu_arg : cpu_args) {
+  for (c10::StorageImpl* cpu_arg : ctx.cpu_args) {
     if (cpu_arg == storage) {  // a CPU argument passed through: copy, never alias it
-      return to_device(out.clone(), device, wrapped, adopted, {});
+      return device_tensor(device_storage_for(ctx, out.clone().storage(), device), out);
     }
   }
-  adopted.push_back({storage, adopt_storage(out.storage(), device)});
-  return device_tensor(adopted.back().device, out);
+  ctx.adopted.push_back({storage, device_storage_for(ctx, out.storage(), device)});
+  return device_tensor(ctx.adopted.back().device, out);
 }
 
 // Replace `Generator?` arguments by a CPU generator derived from the device generator.
@@ -218,58 +269,36 @@ inline void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
   int device = check_devices(op, *stack, first, nargs);
 
   // Device arguments (factories): run on the CPU, remember the index.
-  bool factory = false;
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = (*stack)[first + i];
     if (v.isDevice() && v.toDevice().type() == kDeviceType) {
       if (device == -1) device = resolve_index(v.toDevice().index());
       v = c10::IValue(c10::Device(c10::DeviceType::CPU));
-      factory = true;
     }
   }
   if (device == -1) device = current_device();
   GeneratorSwap swap;
   swap_generators(schema, *stack, first, device, swap);
 
-  // View ops only compute metadata: they take the zero-copy path on every runtime (the CPU
-  // kernel never reads the memory), so views of device tensors stay views.
-  bool view_op = false;
-  for (const auto& ret : schema.returns()) {
-    if (ret.alias_info() != nullptr && !ret.alias_info()->isWrite()) view_op = true;
-  }
-  if (!runtime().host_accessible() && !view_op) {
-    at::native::cpu_fallback(op, stack);
-    const size_t nret = schema.returns().size();
-    if (factory) {  // cpu_fallback moves results to the device of a tensor argument only
-      const c10::Device target(kDeviceType, static_cast<c10::DeviceIndex>(device));
-      for (size_t i = stack->size() - nret; i < stack->size(); ++i) {
-        c10::IValue& v = (*stack)[i];
-        if (v.isTensor() && v.toTensor().defined()) v = c10::IValue(v.toTensor().to(target));
-      }
-    }
-    advance(swap, *stack, stack->size() - nret, nret);
-    return;
-  }
-
-  Wrappeds wrapped;
-  StorageList cpu_args;
+  Context ctx;
+  ctx.zero_copy = runtime().host_accessible();
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = (*stack)[first + i];
     const bool is_mutable = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
     if (v.isTensor()) {
-      v = c10::IValue(wrap(v.toTensor(), is_mutable, wrapped, cpu_args));
+      v = c10::IValue(wrap(v.toTensor(), is_mutable, ctx));
     } else if (v.isTensorList()) {
       auto list = v.toTensorList();
       c10::List<at::Tensor> hosts;
       hosts.reserve(list.size());
-      for (const at::Tensor& t : list) hosts.push_back(wrap(t, is_mutable, wrapped, cpu_args));
+      for (const at::Tensor& t : list) hosts.push_back(wrap(t, is_mutable, ctx));
       v = c10::IValue(std::move(hosts));
     } else if (v.isList() && args[i].type()->isSubtypeOf(
                                  *c10::ListType::create(c10::OptionalType::ofTensor()))) {
       c10::List<std::optional<at::Tensor>> hosts;
       for (const c10::IValue& e : v.toListRef()) {
         if (e.isTensor()) {
-          hosts.push_back(wrap(e.toTensor(), is_mutable, wrapped, cpu_args));
+          hosts.push_back(wrap(e.toTensor(), is_mutable, ctx));
         } else {
           hosts.push_back(std::nullopt);
         }
@@ -280,19 +309,17 @@ inline void boxed_fallback(const c10::OperatorHandle& op, torch::jit::Stack* sta
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
-  for (const Wrapped& w : wrapped) sync_mutable(w);
+  if (!ctx.zero_copy) upload_images(ctx);
+  for (const Wrapped& w : ctx.wrapped) sync_argument(ctx, w);
   const size_t nret = schema.returns().size();
   const size_t rfirst = stack->size() - nret;
-  Adopteds adopted;
   for (size_t i = rfirst; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (v.isTensor()) {
-      v = c10::IValue(to_device(v.toTensor(), device, wrapped, adopted, cpu_args));
+      v = c10::IValue(to_device(v.toTensor(), device, ctx));
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> outs;
-      for (const at::Tensor& t : v.toTensorList()) {
-        outs.push_back(to_device(t, device, wrapped, adopted, cpu_args));
-      }
+      for (const at::Tensor& t : v.toTensorList()) outs.push_back(to_device(t, device, ctx));
       v = c10::IValue(std::move(outs));
     }
   }

@@ -1,7 +1,8 @@
-// Moving between device tensors and CPU tensors without copying, for devices whose memory is
-// host memory (Runtime::host_accessible): a device tensor seen as a CPU tensor over the same
-// bytes (host_view), and a CPU kernel's output storage taken over by a device tensor
-// (adopt). Also storage resizing, shared by resize_, set_ and the hooks (issue #4).
+// Moving between device tensors and CPU tensors. Devices whose memory is host memory
+// (Runtime::host_accessible) do it without copying: a device tensor seen as a CPU tensor over
+// the same bytes (host_view), a CPU kernel's output storage taken over by a device tensor
+// (adopt_storage). Other devices copy storages both ways (download / upload). Also storage
+// resizing, shared by resize_, set_ and the hooks (issue #4).
 #pragma once
 
 #include <accelkit/allocator.h>
@@ -33,7 +34,7 @@ inline c10::intrusive_ptr<c10::TensorImpl> make_impl(c10::Storage storage,
 
 // A CPU tensor over the bytes of device tensor `t` (same sizes, strides, storage offset).
 // Its storage does not own the memory. With `resizable`, a CPU kernel may grow it (then it
-// reallocates from the CPU allocator; sync_resized() moves the result back onto `t`).
+// reallocates from the CPU allocator; the fallback moves the result back onto `t`).
 inline at::Tensor host_view(const at::Tensor& t, bool resizable = false) {
   const c10::Storage& storage = t.storage();
   c10::DataPtr ptr(storage.mutable_data(), c10::Device(c10::DeviceType::CPU));
@@ -61,18 +62,58 @@ inline at::Tensor device_tensor(c10::Storage storage, const at::Tensor& cpu_like
                               cpu_like.sizes(), cpu_like.strides(), cpu_like.storage_offset()));
 }
 
-// The CPU tensor a native kernel computes on: a view of the same memory when the runtime is
-// host-accessible, else a host copy.
-inline at::Tensor to_cpu(const at::Tensor& t) {
-  if (!is_device(t)) return t;
-  return runtime().host_accessible() ? host_view(t) : t.cpu();
+// Memory on `device` from the allocator (the thread's current device is set meanwhile).
+inline c10::DataPtr allocate_on(int device, size_t nbytes) {
+  const int saved = current_device();
+  thread_current_device() = device;
+  try {
+    c10::DataPtr data = DeviceAllocator::get().allocate(nbytes);
+    thread_current_device() = saved;
+    return data;
+  } catch (...) {
+    thread_current_device() = saved;
+    throw;
+  }
 }
 
-// A fresh CPU result as a device tensor: adopted (no copy) or copied to the device.
-inline at::Tensor from_cpu(const at::Tensor& t, int device) {
-  if (!t.defined()) return t;
-  if (runtime().host_accessible()) return device_tensor(adopt_storage(t.storage(), device), t);
-  return t.to(c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(device)));
+// For runtimes whose memory the CPU cannot touch: a host copy of a device storage's bytes
+// (resizable, from the CPU allocator), and the way back.
+inline c10::Storage download_storage(const c10::Storage& storage) {
+  const size_t nbytes = storage.nbytes();
+  c10::Storage host(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(),
+                    /*resizable=*/true);
+  if (nbytes > 0) {
+    runtime().copy(host.mutable_data(), kHost, storage.data(), storage.device().index(), nbytes);
+  }
+  return host;
+}
+
+// Copy host bytes over the start of a device storage (which must be large enough).
+inline void upload_storage(const c10::Storage& host, c10::StorageImpl* storage) {
+  TORCH_INTERNAL_ASSERT(host.nbytes() <= storage->nbytes());
+  if (host.nbytes() > 0) {
+    runtime().copy(storage->mutable_data(), storage->device().index(), host.data(), kHost,
+                   host.nbytes());
+  }
+}
+
+// A new device storage on `device` holding a copy of host bytes.
+inline c10::Storage upload_new_storage(const c10::Storage& host, int device) {
+  c10::Storage storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), host.nbytes(), allocate_on(device, host.nbytes()),
+      &DeviceAllocator::get(), /*resizable=*/true));
+  upload_storage(host, storage.unsafeGetStorageImpl());
+  return storage;
+}
+
+// A CPU tensor with the metadata of `t` over host storage `host`.
+inline at::Tensor host_tensor(c10::Storage host, const at::Tensor& t) {
+  return at::Tensor(make_impl(std::move(host), c10::DispatchKey::CPU, t, t.sizes(), t.strides(),
+                              t.storage_offset()));
+}
+
+inline at::Tensor download(const at::Tensor& t) {
+  return host_tensor(download_storage(t.storage()), t);
 }
 
 // Grow or shrink a device storage to `nbytes`, keeping min(old, new) bytes (storage resize,
@@ -81,22 +122,28 @@ inline void resize_bytes(c10::StorageImpl* storage, size_t nbytes) {
   TORCH_CHECK(storage->resizable(), "Trying to resize storage that is not resizable");
   const int device = storage->device().has_index() ? storage->device().index()
                                                    : current_device();
-  const int saved = current_device();
-  thread_current_device() = device;
-  c10::DataPtr fresh;
-  try {
-    fresh = DeviceAllocator::get().allocate(nbytes);
-  } catch (...) {
-    thread_current_device() = saved;
-    throw;
-  }
-  thread_current_device() = saved;
+  c10::DataPtr fresh = allocate_on(device, nbytes);
   const size_t keep = std::min(nbytes, storage->nbytes());
   if (keep > 0 && storage->data() != nullptr) {
     runtime().copy(fresh.get(), device, storage->data(), device, keep);
   }
   storage->set_data_ptr_noswap(std::move(fresh));
   storage->set_nbytes(nbytes);
+}
+
+// The CPU tensor a native kernel computes on: a view of the same memory when the runtime is
+// host-accessible, else a host copy.
+inline at::Tensor to_cpu(const at::Tensor& t) {
+  if (!is_device(t)) return t;
+  return runtime().host_accessible() ? host_view(t) : download(t);
+}
+
+// A fresh CPU result as a device tensor: adopted (no copy) or copied to the device.
+inline at::Tensor from_cpu(const at::Tensor& t, int device) {
+  if (!t.defined()) return t;
+  c10::Storage storage = runtime().host_accessible() ? adopt_storage(t.storage(), device)
+                                                     : upload_new_storage(t.storage(), device);
+  return device_tensor(std::move(storage), t);
 }
 
 }  // namespace accelkit

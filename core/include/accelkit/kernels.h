@@ -119,29 +119,6 @@ inline at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, size, stride);
 }
 
-// A host copy of the bytes `t` addresses, as a CPU tensor with t's strides (for runtimes whose
-// memory the CPU cannot touch). Copies the whole storage: simple and always correct.
-inline at::Tensor download(const at::Tensor& t) {
-  const size_t nbytes = t.storage().nbytes();
-  at::Tensor bytes = at::empty({static_cast<int64_t>(nbytes)}, at::TensorOptions(at::kByte));
-  if (nbytes > 0) {
-    runtime().copy(bytes.data_ptr(), kHost, t.storage().data(), t.device().index(), nbytes);
-  }
-  at::Tensor host = at::empty({0}, t.options().device(c10::DeviceType::CPU));
-  host.set_(bytes.storage(), t.storage_offset(), t.sizes(), t.strides());
-  if (t.is_conj()) host._set_conj(true);
-  if (t.is_neg()) host._set_neg(true);
-  return host;
-}
-
-inline void upload(const at::Tensor& host, const at::Tensor& t) {
-  const size_t nbytes = t.storage().nbytes();
-  if (nbytes > 0) {
-    runtime().copy(t.storage().mutable_data(), t.device().index(), host.storage().data(),
-                   kHost, nbytes);
-  }
-}
-
 // copy_ with a device tensor on one side (torch routes every such copy here).
 inline at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                             bool /*non_blocking*/) {
@@ -173,7 +150,7 @@ inline at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   }
   at::Tensor host = download(dst);
   host.copy_(src);
-  upload(host, dst);
+  upload_storage(host.storage(), dst.storage().unsafeGetStorageImpl());
   return dst;
 }
 
