@@ -280,6 +280,16 @@ else:
         assert w.grad.device.type == "mock"
         torch.testing.assert_close(w.grad.cpu(), w_cpu.grad)
 
+    def test_batch_norm_updates_running_stats_in_place():
+        bn_cpu, bn = torch.nn.BatchNorm1d(5), torch.nn.BatchNorm1d(5).to("mock")
+        mean = bn.running_mean
+        for module, x in ((bn_cpu, A), (bn, A.to("mock"))):
+            module(x)
+            module(x * 2)
+        assert bn.running_mean is mean  # optional mutable arguments written in place
+        for name, value in bn.state_dict().items():
+            _same(value, bn_cpu.state_dict()[name])
+
     def test_module_training_step():
         torch.manual_seed(0)
         model_cpu = torch.nn.Sequential(torch.nn.Linear(5, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
