@@ -505,11 +505,11 @@ def ambient_mesh(ctx):
                                 placements=[Shard(0)])
         ones = dtensor_api.ones((8, 4), placements=[Shard(0)])
     for what, value in (("distribute_tensor", dt), ("from_local", fl), ("ones", ones)):
-        assert value.device_mesh is mesh, f"{what} under `with mesh:` used {value.device_mesh}"
+        assert value.device_mesh == mesh, f"{what} under `with mesh:` used {value.device_mesh}"
     assert_equal(fl.full_tensor(), full, "from_local under `with mesh:`")
     with other:
         moved = dt.redistribute(placements=[Replicate()])
-    assert moved.device_mesh is mesh, "redistribute took the ambient mesh instead of the tensor's"
+    assert moved.device_mesh == mesh, "redistribute took the ambient mesh instead of the tensor's"
     assert_equal(moved.to_local(), full, "redistribute under another mesh's context")
 
 

@@ -236,7 +236,9 @@ def ambient_mesh(ctx):
     ref, model = _pair(ctx, MLP, 12)
     with mesh:
         parallelize_module(model, parallelize_plan=MLP_PLAN)
-    assert model.up.weight.device_mesh is mesh and model.down.weight.device_mesh is mesh
+    for name in ("up", "down"):
+        placed_on = getattr(model, name).weight.device_mesh
+        assert placed_on == mesh, f"{name}.weight is on {placed_on}, not the ambient mesh"
     x = host_tensor((4, DIM), 13)
     assert_close(model(x.to(ctx.device, copy=True)), ref(x), "MLP parallelized under `with mesh:`")
 
