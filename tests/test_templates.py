@@ -141,6 +141,8 @@ def test_conformance_demo_passes_what_mock_passes(demo, tmp_path):
     outcomes = {c["id"]: c["outcome"] for c in ours["checks"]}
     assert outcomes, "no check ran on demo"
     print(f"\ndemo conformance: {ours['summary']} in {ours['duration_s']:.0f} s", file=sys.stderr)
+    leaked = sorted(Path("/dev/shm").glob("democcl_*"))
+    assert not leaked, f"democcl left shared-memory segments: {leaked}"
     others = {i: o for i, o in outcomes.items() if o != "pass"}
     if not others:
         return
