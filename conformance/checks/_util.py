@@ -43,9 +43,10 @@ def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Non
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
-                 rtol: float = 1e-5, atol: float = 1e-6) -> None:
-    """Equality within a tolerance, for results whose float reduction order differs from
-    the single-device reference (sharded matmuls, reductions across ranks)."""
+                 rtol: float = 1e-5, atol: float = 1e-5) -> None:
+    """Equality within a tolerance (default rtol 1e-5, atol 1e-5), for results whose float
+    reduction order differs from the single-device reference (sharded matmuls, reductions
+    across ranks)."""
     actual = actual.detach().cpu()
     expected = expected.detach().cpu()
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"

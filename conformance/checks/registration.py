@@ -7,6 +7,11 @@ the device (PR 102336: DeviceMesh only sees a dispatchable process group), the d
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import torch
 import torch.distributed as dist
 from accelkit.conformance.api import check
@@ -55,15 +60,33 @@ def group_backend_for_device(ctx):
     assert_equal(t, torch.tensor([float(ctx.world_size)]), "ProcessGroup.allreduce on the device")
 
 
-@check("registration.device_handle_contract")
-def device_handle_contract(ctx):
-    """accelkit's device-handle checker (accelkit.core.check_device_handle) finds no errors in
-    torch.<device>: every member DeviceMesh, DTensor and fork_rng call behaves (PR 102468's
-    cuda-like device handle); on cpu torch's own limits are reported as unsupported, not errors."""
-    from accelkit.core import check_device_handle
+_CHECKER_PROBE = r"""
+import json, sys
+from accelkit.core import check_device_handle, registry
+spec = registry.get(sys.argv[1])
+spec.setup()
+report = check_device_handle(spec.device_type)
+print(json.dumps({"errors": len(report.errors), "render": report.render()}))
+"""
 
-    report = check_device_handle(ctx.device_type)
-    assert not report.errors, f"check_device_handle({ctx.device_type!r}) found errors:\n{report.render()}"
+
+@check("registration.device_handle_contract", timeout=120)
+def device_handle_contract(ctx):
+    """accelkit's device-handle checker (accelkit.core.check_device_handle), run by rank 0 in a
+    fresh process after the backend's setup() (the checker needs a device nobody has used
+    yet), finds no errors in torch.<device>: every member DeviceMesh, DTensor and fork_rng call
+    behaves (PR 102468's cuda-like device handle); on cpu torch's own limits are reported as
+    unsupported, not errors."""
+    if ctx.rank != 0:
+        return
+    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _CHECKER_PROBE, ctx.spec.name], env=env,
+                          capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 0, f"the checker process exited {proc.returncode}: {proc.stderr[-2000:]}"
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["errors"] == 0, (
+        f"check_device_handle({ctx.device_type!r}) found errors:\n{result['render']}")
 
 
 @check("registration.accelerator_api", requires=("accelerator",))
@@ -117,7 +140,7 @@ def device_module(ctx):
     tensors move to and from it with their values, and for a PrivateUse1 device the backend is
     renamed to the device and Tensor.is_<device> is generated (torch.utils
     .rename_privateuse1_backend / generate_methods_for_privateuse1_backend, PR 102468)."""
-    assert torch._get_device_module(ctx.device_type) is _handle(ctx)
+    assert torch.get_device_module(ctx.device_type) is _handle(ctx)
     host = torch.arange(6.0).reshape(2, 3)
     on_device = host.to(ctx.device)
     assert on_device.device == ctx.device and on_device.device.type == ctx.device_type
