@@ -286,6 +286,47 @@ def send_recv_ring(ctx):
     assert_equal(got2, every[left] * 2, "isend/irecv ring")
 
 
+@check("collectives.batch_isend_irecv")
+def batch_isend_irecv(ctx):
+    """batch_isend_irecv with sends to both neighbours and receives from both (what pipeline
+    parallelism issues) delivers each neighbour's tensor (torch.distributed.batch_isend_irecv)."""
+    ws = ctx.world_size
+    right, left = (ctx.rank + 1) % ws, (ctx.rank - 1) % ws
+    mine, every = _inputs(ctx, torch.float32, seed=61)
+    from_left = torch.empty(SHAPE, device=ctx.device)
+    from_right = torch.empty(SHAPE, device=ctx.device)
+    ops = [dist.P2POp(dist.isend, mine, right), dist.P2POp(dist.isend, mine * 3, left),
+           dist.P2POp(dist.irecv, from_left, left), dist.P2POp(dist.irecv, from_right, right)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    assert_equal(from_left, every[left], "tensor from the left neighbour")
+    assert_equal(from_right, every[right] * 3, "tensor from the right neighbour")
+
+
+@check("collectives.object_collectives")
+def object_collectives(ctx):
+    """The object collectives DCP and DTensor's run_check use (all_gather_object,
+    broadcast_object_list, gather_object, scatter_object_list) carry picklable objects,
+    including device tensors, over the default group (torch.distributed *_object APIs)."""
+    ws = ctx.world_size
+    mine = {"rank": ctx.rank, "name": f"r{ctx.rank}", "t": torch.full((2,), float(ctx.rank), device=ctx.device)}
+    gathered = [None] * ws
+    dist.all_gather_object(gathered, mine)
+    assert [g["rank"] for g in gathered] == list(range(ws)), gathered
+    for r, g in enumerate(gathered):
+        assert_equal(g["t"], torch.full((2,), float(r)), f"all_gather_object tensor from rank {r}")
+    box = [{"root": ws - 1}] if ctx.rank == ws - 1 else [None]
+    dist.broadcast_object_list(box, src=ws - 1)
+    assert box == [{"root": ws - 1}], f"broadcast_object_list gave {box}"
+    out = [None] * ws if ctx.rank == 0 else None
+    dist.gather_object(("g", ctx.rank), out, dst=0)
+    if ctx.rank == 0:
+        assert out == [("g", r) for r in range(ws)], f"gather_object gave {out}"
+    got = [None]
+    dist.scatter_object_list(got, [("s", r) for r in range(ws)] if ctx.rank == 1 else None, src=1)
+    assert got == [("s", ctx.rank)], f"scatter_object_list gave {got}"
+
+
 @check("collectives.barrier")
 def barrier(ctx):
     """barrier returns on a rank only after every rank has entered it: each rank writes a

@@ -38,13 +38,13 @@ def _assert_group(ctx, group, expected: list[int], what: str) -> None:
     """``group`` holds exactly ``expected`` ranks, uses the backend's library for the device,
     and an all_reduce over it sums over exactly those ranks."""
     ranks = dist.get_process_group_ranks(group)
-    assert ranks == expected, f"{what}: group ranks {ranks}, expected {expected}"
     device_backend = group._get_backend(torch.device(ctx.device_type)).name()
+    t = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
+    dist.all_reduce(t, group=group)  # before any assert, so a failing rank cannot strand the others
+    assert ranks == expected, f"{what}: group ranks {ranks}, expected {expected}"
     assert device_backend == ctx.spec.collective_backend, (
         f"{what}: the group's {ctx.device_type} backend is {device_backend!r}, "
         f"expected {ctx.spec.collective_backend!r}")
-    t = torch.tensor([float(ctx.rank + 1)], device=ctx.device)
-    dist.all_reduce(t, group=group)
     assert_equal(t, torch.tensor([float(sum(r + 1 for r in expected))]),
                  f"{what}: all_reduce over the group (must involve its members only)")
 
