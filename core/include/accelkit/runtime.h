@@ -56,8 +56,9 @@ class Runtime {
 
   // True when device memory is ordinary host memory the CPU can read and write (the mock,
   // unified-memory parts). The layer then runs ops without a native kernel as CPU kernels
-  // directly on device memory (zero copy); otherwise it copies through host memory
-  // (at::native::cpu_fallback) and generates random numbers on the host, then copies them.
+  // directly on device memory (zero copy); otherwise it runs them on host copies of the
+  // arguments and copies results back (<accelkit/fallback.h>), and generates random numbers
+  // on the host, then copies them.
   virtual bool host_accessible() const noexcept = 0;
 
   // A sentence appended to out-of-memory and invalid-device errors saying how to change
