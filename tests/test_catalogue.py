@@ -176,3 +176,44 @@ def test_cpu_backend_runs_every_check_it_can(catalogue):
                if {"rng-tracker", "accelerator"} & set(c.requires)}
     assert skipped == allowed
     assert len(catalogue) - len(skipped) >= 80, "the cpu backend should run most of the catalogue"
+
+
+BROKEN_LIBRARY = '''
+"""Fault injection for the catalogue test: a collective library whose all_reduce and
+broadcast return at once without communicating (a library that "returns success")."""
+import torch.distributed as dist
+
+
+def _returns_success(tensor, *args, **kwargs):
+    return None
+
+
+dist.all_reduce = _returns_success
+dist.broadcast = _returns_success
+'''
+
+
+def test_checks_catch_a_library_that_does_not_communicate(tmp_path):
+    """The catalogue's value checks fail (not pass, not hang) when all_reduce/broadcast do
+    nothing, while a check of an intact collective still passes: the checks cannot pass
+    vacuously. One 4-rank cpu run of four checks (~30 s here)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    broken = tmp_path / "broken_library.py"
+    broken.write_text(BROKEN_LIBRARY)
+    ids = ("collectives.all_reduce_sum", "collectives.broadcast_every_root",
+           "devicemesh.mesh_1d", "collectives.reduce_scatter_single")
+    argv = [sys.executable, "-m", "accelkit", "conformance", "--backend", "cpu",
+            "--checks-module", str(broken), "--report-dir", str(tmp_path / "report"), "--timeout", "60"]
+    for cid in ids:
+        argv += ["-k", cid]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    outcomes = {c["id"]: c["outcome"] for c in report["checks"]}
+    assert outcomes == {"collectives.all_reduce_sum": "fail", "collectives.broadcast_every_root": "fail",
+                        "devicemesh.mesh_1d": "fail", "collectives.reduce_scatter_single": "pass"}, outcomes
