@@ -195,10 +195,10 @@ MOCK_SOURCES: tuple[tuple[str, str], ...] = (
     ("mccl.py", "${package}"),
 )
 
-#: Top-level definitions of rendered Python modules replaced by the template's version:
-#: file name -> {definition name -> source, "" to drop it}; a decorator stays. mccl.py JIT-builds
-#: its extension from csrc/ (the mock ships sources); a vendor package imports the one built by
-#: setup.py.
+#: Top-level functions (and the docstring, ``__doc__``) of rendered Python modules replaced by
+#: the template's version: file name -> {function name -> source}; a decorator stays. mccl.py
+#: JIT-builds its extension from csrc/ (the mock ships sources); a vendor package imports the
+#: one built by setup.py.
 PY_OVERRIDES: dict[str, dict[str, str]] = {
     "mccl.py": {
         "__doc__": '''"""${cname}, the ${name} device's collective library: a C++ ``c10d::Backend``.
@@ -239,7 +239,7 @@ def _substitute(text: str, names: Names, where: str) -> str:
 
 
 def _override(source: str, overrides: dict[str, str], where: str) -> str:
-    """Replace top-level definitions of a Python module (see :data:`PY_OVERRIDES`)."""
+    """Replace top-level functions and the docstring of a module (see :data:`PY_OVERRIDES`)."""
     tree = ast.parse(source)
     lines = source.splitlines(keepends=True)
     spans: dict[str, tuple[int, int]] = {}
@@ -248,8 +248,8 @@ def _override(source: str, overrides: dict[str, str], where: str) -> str:
             and isinstance(body[0].value.value, str):
         spans["__doc__"] = (body[0].lineno, body[0].end_lineno)
     for node in body:
-        for defined in _defines(node):
-            spans[defined] = (node.lineno, node.end_lineno)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            spans[node.name] = (node.lineno, node.end_lineno)
     missing = sorted(set(overrides) - set(spans))
     if missing:
         raise TemplateError(
@@ -257,21 +257,8 @@ def _override(source: str, overrides: dict[str, str], where: str) -> str:
             "(accelkit.device_templates.render.PY_OVERRIDES); update the table")
     for key in sorted(overrides, key=lambda k: spans[k][0], reverse=True):
         first, last = spans[key]
-        replacement = overrides[key] + "\n" if overrides[key] else ""
-        lines[first - 1:last] = [replacement]
-    text = "".join(lines)
-    return re.sub(r"\n{4,}", "\n\n\n", text)
-
-
-def _defines(node: ast.stmt) -> list[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, ast.Assign) and len(node.targets) == 1 \
-            and isinstance(node.targets[0], ast.Name):
-        return [node.targets[0].id]
-    if isinstance(node, (ast.Import, ast.ImportFrom)) and len(node.names) == 1:
-        return [node.names[0].asname or node.names[0].name.split(".")[0]]
-    return []
+        lines[first - 1:last] = [overrides[key] + "\n"]
+    return "".join(lines)
 
 
 def _mock_files(names: Names) -> dict[str, str]:
