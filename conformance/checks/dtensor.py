@@ -100,8 +100,9 @@ def distribute_2d(ctx):
 def from_local_to_local(ctx):
     """from_local(local, mesh, [Shard(0)]) infers the global shape and stride from even local
     shards; to_local() returns the same values, shape and stride; passing shape/stride builds
-    an uneven DTensor whose full_tensor() is right; to_local of a Replicate DTensor aliases
-    nothing across ranks (DTensor.from_local / to_local)."""
+    an uneven DTensor whose full_tensor() is right; a transposed (non-contiguous) Replicate
+    local tensor keeps its strides through from_local and to_local (DTensor.from_local /
+    to_local)."""
     mesh = ctx.mesh((ctx.world_size,))
     full = _ints((4 * ctx.world_size, 3), 3)
     local = torch.chunk(full, ctx.world_size)[ctx.rank].to(ctx.device, copy=True)
