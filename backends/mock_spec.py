@@ -31,12 +31,18 @@ def _prepare() -> None:
         build_extension(**ext)
 
 
-def _device_count() -> int:
-    return int(os.environ.get("ACCELKIT_MOCK_DEVICES", "8"))
+def _device_count() -> int | None:
+    """``ACCELKIT_MOCK_DEVICES`` (default 8), or None when it is not a non-negative integer."""
+    value = os.environ.get("ACCELKIT_MOCK_DEVICES", "8").strip()
+    return int(value) if value.isdigit() else None
 
 
 def _probe(world_size: int = 1) -> tuple[bool, str]:
     count = _device_count()
+    if count is None:
+        value = os.environ.get("ACCELKIT_MOCK_DEVICES")
+        return False, (f"ACCELKIT_MOCK_DEVICES={value!r} is not a device count; "
+                       "set a non-negative integer, e.g. ACCELKIT_MOCK_DEVICES=8")
     if count < world_size:
         return False, f"{world_size} devices needed, {count} present (ACCELKIT_MOCK_DEVICES={count})"
     return True, f"{count} mock devices over host memory"
@@ -49,7 +55,7 @@ SPEC = BackendSpec(
     setup=_setup,
     probe=_probe,
     prepare=_prepare,
-    capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count(), cpu_collectives=True),
+    capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True),
 )
 
 

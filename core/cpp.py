@@ -3,15 +3,19 @@
 :func:`include_dir` is the folder of accelkit's C++ headers (``#include <accelkit/...>``),
 shipped inside the package like pybind11's ``get_include()``. :func:`load_extension`
 compiles a backend's sources on first use into a cache folder keyed by the torch version,
-the Python ABI, the flags and the content of every source and header, so a new torch or
-an edited source always rebuilds and a stale binary is never loaded.
+the Python ABI, the flags and the content of every source and of every header they include
+from accelkit's or the backend's include folders, so a new torch or an edited source always
+rebuilds and a stale binary is never loaded. Builds are serialised by a lock the kernel
+releases when its holder dies, so a killed build never leaves others waiting.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import importlib.util
 import os
+import re
 import sys
 import sysconfig
 import time
@@ -46,11 +50,25 @@ def _digest(paths: Sequence[Path], flags: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def _headers(dirs: Sequence[str]) -> list[Path]:
-    found: list[Path] = []
-    for d in dirs:
-        found += sorted(p for p in Path(d).rglob("*") if p.suffix in {".h", ".hpp"})
-    return found
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def _included(sources: Sequence[Path], include_dirs: Sequence[str]) -> list[Path]:
+    """Every header the sources include, transitively, found next to the including file or
+    in ``include_dirs`` (torch's own headers are covered by the torch version)."""
+    seen: dict[Path, None] = {}
+    todo = list(sources)
+    while todo:
+        current = todo.pop()
+        for match in _INCLUDE.finditer(current.read_text(errors="replace")):
+            for base in (current.parent, *include_dirs):
+                candidate = (Path(base) / match.group(1)).resolve()
+                if candidate.is_file():
+                    if candidate not in seen:
+                        seen[candidate] = None
+                        todo.append(candidate)
+                    break
+    return sorted(seen)
 
 
 class _Build:
@@ -62,7 +80,8 @@ class _Build:
         self.sources = [str(Path(s).resolve()) for s in sources]
         self.includes = [include_dir(), *map(str, include_dirs)]
         self.flags = ["-O2", "-std=c++17", *cflags]
-        digest = _digest([Path(s) for s in self.sources] + _headers(self.includes), self.flags)
+        srcs = [Path(s) for s in self.sources]
+        digest = _digest(srcs + _included(srcs, self.includes), self.flags)
         self.dir = cache_root() / f"{name}-{digest}"
         self.path = self.dir / f"{name}.so"
 
@@ -71,9 +90,21 @@ class _Build:
         return self.path.exists() and (self.dir / "ok").exists()
 
     def compile_and_import(self):
+        """Build under an exclusive ``flock`` (released by the kernel if this process dies);
+        whoever gets the lock after a finished build just imports it."""
+        cache_root().mkdir(parents=True, exist_ok=True)
+        with open(cache_root() / f"{self.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.done:
+                return _import_built(self.name, self.path)
+            return self._compile()
+
+    def _compile(self):
         import torch.utils.cpp_extension as cpp
 
         self.dir.mkdir(parents=True, exist_ok=True)
+        # torch's own build lock in the folder is left behind by a killed build; we hold ours.
+        (self.dir / "lock").unlink(missing_ok=True)
         print(f"accelkit: building C++ extension {self.name!r} for torch {_torch_version()} "
               f"(first use; about a minute) in {self.dir}", file=sys.stderr, flush=True)
         start = time.monotonic()
