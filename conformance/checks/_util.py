@@ -23,7 +23,7 @@ def host_tensor(shape, seed: int, dtype: torch.dtype = torch.float32, *,
     return torch.randn(tuple(shape), generator=gen).to(dtype)
 
 
-def rank_input(ctx, shape, rank: int, seed: int = 0, dtype: torch.dtype = torch.float32,
+def rank_input(shape, rank: int, seed: int = 0, dtype: torch.dtype = torch.float32,
                low: int = -8, high: int = 9) -> torch.Tensor:
     """Rank ``rank``'s small-integer input (CPU); any rank can rebuild any other rank's input."""
     return host_tensor(shape, seed * 1000 + rank, dtype, low=low, high=high)

@@ -28,7 +28,7 @@ SHAPE = (3, 5)
 
 def _inputs(ctx, dtype, seed, low=-8, high=9):
     """(this rank's input on the device, every rank's input on the host)."""
-    every = [rank_input(ctx, SHAPE, r, seed, dtype, low, high) for r in range(ctx.world_size)]
+    every = [rank_input(SHAPE, r, seed, dtype, low, high) for r in range(ctx.world_size)]
     return every[ctx.rank].to(ctx.device, copy=True), every
 
 
@@ -159,7 +159,7 @@ def reduce_scatter(ctx):
     """reduce_scatter from a list: rank r receives the sum over ranks of their r-th list entry
     (torch.distributed.reduce_scatter)."""
     ws = ctx.world_size
-    every = [[rank_input(ctx, SHAPE, src * ws + dst, 40) for dst in range(ws)] for src in range(ws)]
+    every = [[rank_input(SHAPE, src * ws + dst, 40) for dst in range(ws)] for src in range(ws)]
     out = torch.empty(SHAPE, device=ctx.device)
     dist.reduce_scatter(out, [t.to(ctx.device, copy=True) for t in every[ctx.rank]])
     expected = torch.stack([every[src][ctx.rank] for src in range(ws)]).sum(0)
@@ -183,7 +183,7 @@ def reduce_scatter_tensor(ctx):
     """The deprecated reduce_scatter_tensor still gives rank r chunk r of the summed input
     (torch.distributed.reduce_scatter_tensor)."""
     ws = ctx.world_size
-    every = [rank_input(ctx, (ws * 2, 3), r, 42) for r in range(ws)]
+    every = [rank_input((ws * 2, 3), r, 42) for r in range(ws)]
     out = torch.empty((2, 3), device=ctx.device)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
@@ -258,7 +258,7 @@ def scatter(ctx):
     """scatter from the first and the last rank: rank r receives the source's r-th tensor
     (torch.distributed.scatter)."""
     for src in (0, ctx.world_size - 1):
-        pieces = [rank_input(ctx, SHAPE, 100 * src + r, 51) for r in range(ctx.world_size)]
+        pieces = [rank_input(SHAPE, 100 * src + r, 51) for r in range(ctx.world_size)]
         out = torch.empty(SHAPE, device=ctx.device)
         dist.scatter(out, [p.to(ctx.device, copy=True) for p in pieces] if ctx.rank == src else None, src=src)
         assert_equal(out, pieces[ctx.rank], f"scatter(src={src})")
@@ -416,7 +416,7 @@ def non_contiguous(ctx):
     input either reduces correctly or is refused with an error naming contiguity — never a
     silently wrong result (torch.distributed.all_reduce / all_gather)."""
     ws = ctx.world_size
-    every = [rank_input(ctx, (4, 6), r, 100) for r in range(ws)]
+    every = [rank_input((4, 6), r, 100) for r in range(ws)]
     buf = every[ctx.rank].to(ctx.device, copy=True)
     row = buf[2]
     dist.all_reduce(row)
