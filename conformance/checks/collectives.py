@@ -9,6 +9,7 @@ against a reference each rank computes from all ranks' (rebuildable) inputs.
 
 from __future__ import annotations
 
+import time
 import uuid
 import warnings
 
@@ -329,15 +330,18 @@ def object_collectives(ctx):
 
 @check("collectives.barrier")
 def barrier(ctx):
-    """barrier returns on a rank only after every rank has entered it: each rank writes a
-    store key just before the barrier and after it all keys exist (torch.distributed.barrier)."""
+    """barrier returns on a rank only after every rank has entered it: each rank, rank r after
+    r * 20 ms, increments a store counter (a synchronous add) just before the barrier, and
+    after it the counter holds the world size on every rank (torch.distributed.barrier)."""
     token = [uuid.uuid4().hex if ctx.rank == 0 else None]
     dist.broadcast_object_list(token, src=0)
     store = dist.distributed_c10d._get_default_store()
-    keys = [f"accelkit/barrier/{token[0]}/{r}" for r in range(ctx.world_size)]
-    store.set(keys[ctx.rank], "1")
+    key = f"accelkit/barrier/{token[0]}"
+    time.sleep(0.02 * ctx.rank)
+    store.add(key, 1)
     dist.barrier()
-    assert store.check(keys), "after barrier() some rank's pre-barrier store key is missing"
+    entered = store.add(key, 0)
+    assert entered == ctx.world_size, f"after barrier() only {entered} of {ctx.world_size} ranks had entered it"
 
 
 @check("collectives.async_work")
