@@ -54,7 +54,7 @@ SEED_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
         "DeviceMesh uses the dispatchable process group (backends integrate through c10d only)":
             ("registration.group_backend_for_device", "devicemesh.dim_group_dispatch",
              "devicemesh.mesh_2d_names", "devicemesh.submesh_collective_members",
-             "collectives.functional"),
+             "devicemesh.eager_init_split", "collectives.functional"),
     },
     "134247": {
         "device_mesh is optional: parallelize_module takes it from the ambient `with mesh:`":

@@ -210,14 +210,19 @@ dist.destroy_process_group()
 """
 
 
-def _launch_probe(ctx, rank, world, init_file, env_local_rank=None, user_device=None):
+def _handle(ctx):
+    return getattr(torch, ctx.device_type)
+
+
+def _launch(ctx, script, args, env_local_rank=None):
+    """Start ``script`` in a fresh interpreter with the backend name and ``args``; the
+    launcher's rank variables are removed so the probe sets up its own world."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
     env["OMP_NUM_THREADS"] = "1"
     if env_local_rank is not None:
         env["LOCAL_RANK"] = str(env_local_rank)
-    argv = [sys.executable, "-c", _DEVICE_SELECTION_PROBE, ctx.spec.name, str(rank), str(world),
-            init_file, "-" if user_device is None else str(user_device)]
+    argv = [sys.executable, "-c", script, ctx.spec.name, *args]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -241,19 +246,19 @@ def device_selection(ctx):
     used) (torch.distributed.device_mesh._setup_world_group_and_device, PR 102468)."""
     if ctx.rank != 0:
         return
-    handle = getattr(torch, ctx.device_type)
-    count = handle.device_count()
+    count = _handle(ctx).device_count()
     if count < 2:
         ctx.skip(f"needs 2 {ctx.device_type} devices to tell the rules apart, {count} present")
     with tempfile.TemporaryDirectory(prefix="accelkit-devsel-") as tmp:
         pair = os.path.join(tmp, "pair")
         solo = os.path.join(tmp, "solo")
-        user = (0 + 1) % count
+        user = 1 % count
         procs = {
-            "rank 0 with LOCAL_RANK": (_launch_probe(ctx, 0, 2, pair, env_local_rank=count - 1),
-                                       count - 1),
-            "rank 1 without LOCAL_RANK": (_launch_probe(ctx, 1, 2, pair), 1 % count),
-            "user-set device": (_launch_probe(ctx, 0, 1, solo, user_device=user), user),
+            "rank 0 with LOCAL_RANK": (_launch(ctx, _DEVICE_SELECTION_PROBE, ["0", "2", pair, "-"],
+                                               env_local_rank=count - 1), count - 1),
+            "rank 1 without LOCAL_RANK": (_launch(ctx, _DEVICE_SELECTION_PROBE, ["1", "2", pair, "-"]),
+                                          1 % count),
+            "user-set device": (_launch(ctx, _DEVICE_SELECTION_PROBE, ["0", "1", solo, str(user)]), user),
         }
         for what, (proc, expected) in procs.items():
             got = _probe_result(proc, what)
@@ -263,6 +268,54 @@ def device_selection(ctx):
             assert got["backend"] == ctx.spec.collective_backend, f"{what}: {got}"
             world = 1 if what == "user-set device" else 2
             assert got["all_reduce"] == [float(world)] * 2, f"{what}: all_reduce gave {got}"
+
+
+_EAGER_INIT_PROBE = r"""
+import json, sys
+backend, rank, world, init_file = sys.argv[1:5]
+rank, world = int(rank), int(world)
+import torch, torch.distributed as dist
+from accelkit.core import registry
+spec = registry.get(backend)
+spec.setup()
+device = torch.device(spec.device_type, rank)
+getattr(torch, spec.device_type).set_device(rank)
+dist.init_process_group(spec.process_group_backend, init_method="file://" + init_file, rank=rank,
+                        world_size=world, device_id=device)
+bound = dist.distributed_c10d._get_default_group().bound_device_id
+if bound != device:
+    sys.exit(f"init_process_group(device_id={device}) left the default group's bound_device_id "
+             f"= {bound}: eager init is lost, so DeviceMesh and split_group cannot split it")
+from torch.distributed.device_mesh import init_device_mesh
+mesh = init_device_mesh(spec.device_type, (world, 1), mesh_dim_names=("dp", "tp"))
+t = torch.ones(2, device=device)
+dist.all_reduce(t, group=mesh["dp"].get_group())
+whole = dist.split_group(split_ranks=[list(range(world))])
+u = torch.ones(2, device=device)
+dist.all_reduce(u, group=whole)
+print(json.dumps({"dp": t.cpu().tolist(), "split": u.cpu().tolist(),
+                  "tp_size": mesh["tp"].get_group().size()}))
+dist.destroy_process_group()
+"""
+
+
+@check("devicemesh.eager_init_split", requires=("accelerator",), timeout=150)
+def eager_init_split(ctx):
+    """init_process_group(device_id=...) (eager init, the setup torch recommends) keeps the
+    device bound to the default group, and then DeviceMesh builds its sub-groups with
+    split_group, so the backend must support splitting: the binding, a (world, 1) mesh and an
+    explicit split_group work in a fresh 2-rank world started by rank 0
+    (torch.distributed.device_mesh, torch.distributed.split_group)."""
+    if ctx.rank != 0:
+        return
+    if _handle(ctx).device_count() < 2:
+        ctx.skip(f"needs 2 {ctx.device_type} devices, {_handle(ctx).device_count()} present")
+    with tempfile.TemporaryDirectory(prefix="accelkit-split-") as tmp:
+        init_file = os.path.join(tmp, "init")
+        procs = [_launch(ctx, _EAGER_INIT_PROBE, [str(r), "2", init_file]) for r in range(2)]
+        for r, proc in enumerate(procs):
+            got = _probe_result(proc, f"eager-init rank {r}")
+            assert got == {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1}, f"rank {r}: {got}"
 
 
 @check("devicemesh.mesh_larger_than_world")
