@@ -393,6 +393,25 @@ def _check_factory(ctx, mesh, name, dt, expected, placement, size):
         assert_equal(dt.full_tensor(), expected, what)
 
 
+@check("dtensor.redistribute_autograd")
+def redistribute_autograd(ctx):
+    """redistribute is differentiable: the gradient of S(0)->R flows back as Shard(0) with the
+    single-device values, that of S(0)->S(1) as Shard(0), and to_local/from_local pass
+    gradients through (DTensor.redistribute / to_local / from_local autograd)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    full, g = _ints((8, 8), 95), _ints((8, 8), 96)
+    for dst in ([Replicate()], [Shard(1)]):
+        x = distribute_tensor(full.to(ctx.device, copy=True), mesh, [Shard(0)]).requires_grad_()
+        y = x.redistribute(mesh, dst)
+        (y * distribute_tensor(g.to(ctx.device, copy=True), mesh, dst)).sum().backward()
+        assert x.grad.placements == (Shard(0),), f"S(0)->{dst}: grad placements {x.grad.placements}"
+        assert_equal(x.grad.full_tensor(), g, f"S(0)->{dst}: gradient")
+    local = torch.chunk(full, ctx.world_size)[ctx.rank].to(ctx.device, copy=True).requires_grad_()
+    dt = DTensor.from_local(local, mesh, [Shard(0)])
+    (dt.redistribute(mesh, [Replicate()]).to_local() * g.to(ctx.device, copy=True)).sum().backward()
+    assert_equal(local.grad, torch.chunk(g, ctx.world_size)[ctx.rank], "gradient through from_local")
+
+
 @check("dtensor.factory")
 def factory(ctx):
     """DTensor factories on a mesh (zeros, ones, full, empty) with Shard(0) on an uneven size
