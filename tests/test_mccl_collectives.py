@@ -730,17 +730,25 @@ def build_extensions() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-@pytest.fixture(scope="module")
-def pool(request, tmp_path_factory):
-    """The results of one pool of `request.param` rank processes that ran every case."""
+def run_pool(world_size: int, tmp_path_factory):
+    """The results of one pool of `world_size` rank processes that ran every case."""
     build_extensions()
-    out = tmp_path_factory.mktemp(f"mccl_ws{request.param}")
-    results, errs, codes = spawn_ranks(__file__, request.param, out)
-    return request.param, results, errs, codes
+    out = tmp_path_factory.mktemp(f"mccl_ws{world_size}")
+    results, errs, codes = spawn_ranks(__file__, world_size, out)
+    return world_size, results, errs, codes
 
 
-@pytest.mark.parametrize("pool", WORLD_SIZES, indirect=True, ids=lambda ws: f"ws{ws}")
-def test_all_ranks_finished_cleanly(pool):
+@pytest.fixture(scope="module")
+def pool2(tmp_path_factory):
+    return run_pool(2, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def pool4(tmp_path_factory):
+    return run_pool(4, tmp_path_factory)
+
+
+def check_pool_finished(pool):
     ws, results, errs, codes = pool
     assert codes == [0] * ws, "\n".join(e[-2000:] for e in errs)
     assert all(r is not None for r in results)
@@ -748,15 +756,33 @@ def test_all_ranks_finished_cleanly(pool):
         assert "No backend of type" not in err, err[-2000:]
 
 
-@pytest.mark.parametrize(("pool", "name"),
-                         [(ws, name) for ws in WORLD_SIZES for name, (_, worlds) in CASES.items()
-                          if ws in worlds],
-                         indirect=["pool"], ids=lambda v: f"ws{v}" if isinstance(v, int) else v)
-def test_case(pool, name):
+def check_case(pool, name):
     ws, results, errs, codes = pool
     assert all(r is not None for r in results), "\n".join(e[-2000:] for e in errs)
     failures = {rank: r[name] for rank, r in enumerate(results) if r[name] != "ok"}
     assert not failures, "\n".join(f"rank {k}: {v}" for k, v in failures.items())
+
+
+def cases_for(world_size):
+    return [name for name, (_, worlds) in CASES.items() if world_size in worlds]
+
+
+def test_ws2_ranks_finished_cleanly(pool2):
+    check_pool_finished(pool2)
+
+
+@pytest.mark.parametrize("name", cases_for(2))
+def test_ws2(pool2, name):
+    check_case(pool2, name)
+
+
+def test_ws4_ranks_finished_cleanly(pool4):
+    check_pool_finished(pool4)
+
+
+@pytest.mark.parametrize("name", cases_for(4))
+def test_ws4(pool4, name):
+    check_case(pool4, name)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,247 @@
+"""mccl vs gloo, same run, same 4 rank processes (issue #5).
+
+One process group ``mock:mccl,cpu:gloo``: the same collective on mock tensors goes through mccl
+and on CPU tensors through gloo. all_reduce, all_gather and reduce_scatter from 8 B to 256 MiB
+(the size is the largest buffer: all_reduce's tensor, all_gather's output, reduce_scatter's
+input, as nccl-tests counts it). Prints latency and bus bandwidth per size (nccl-tests
+definitions: all_reduce busbw = size/time * 2(n-1)/n, the others size/time * (n-1)/n), the
+machine's memcpy bandwidth measured in the same run, and the targets (all_reduce busbw >= 2x
+gloo's at >= 1 MiB, 8 B latency <= gloo's). Saves a PNG plot and the raw numbers as JSON.
+
+    python bench/collectives.py [--out bench/results] [--max-mib 256] [--ranks 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
+MIB = 1 << 20
+
+
+def sizes(max_bytes: int) -> list[int]:
+    out, s = [], 8
+    while s <= max_bytes:
+        out.append(s)
+        s *= 4 if s < 64 * MIB else 2
+    if out[-1] != max_bytes:
+        out.append(max_bytes)
+    return out
+
+
+def iterations(nbytes: int) -> tuple[int, int]:
+    """(warmup, timed) iterations: many for small messages, few for large ones."""
+    if nbytes <= 64 << 10:
+        return 10, 50
+    if nbytes <= 4 * MIB:
+        return 2, 10
+    if nbytes <= 64 * MIB:
+        return 1, 3
+    return 1, 2
+
+
+def bus_factor(coll: str, n: int) -> float:
+    return 2 * (n - 1) / n if coll == "all_reduce" else (n - 1) / n
+
+
+def memcpy_gbps() -> float:
+    """Host memcpy bandwidth (bytes copied per second, GB/s) with 256 MiB buffers."""
+    import torch
+
+    src = torch.ones(256 * MIB // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - t0)
+    return src.numel() * 4 / min(times) / 1e9
+
+
+def run_collective(coll, nbytes, device, world):
+    import torch
+    import torch.distributed as dist
+
+    elems = max(1, nbytes // 4)
+    elems -= elems % world if coll != "all_reduce" else 0
+    elems = max(elems, world if coll != "all_reduce" else 1)
+    big = torch.ones(elems, device=device)
+    small = torch.ones(elems // world if coll != "all_reduce" else 1, device=device)
+    if coll == "all_reduce":
+        def op():
+            dist.all_reduce(big)
+    elif coll == "all_gather":
+        def op():
+            dist.all_gather_single(big, small)
+    else:
+        def op():
+            dist.reduce_scatter_single(small, big)
+    warmup, timed = iterations(nbytes)
+    for _ in range(warmup):
+        op()
+    dist.all_reduce(torch.ones(1))  # line the ranks up (through gloo)
+    t0 = time.perf_counter()
+    for _ in range(timed):
+        op()
+    elapsed = (time.perf_counter() - t0) / timed
+    t = torch.tensor([elapsed], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
+    return t.item(), elems * 4
+
+
+def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    import accelkit.backends.mock  # noqa: F401
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.mock.set_device(rank)
+    dist.init_process_group("mock:mccl,cpu:gloo", rank=rank, world_size=world)
+    rows = []
+    for coll in COLLECTIVES:
+        for nbytes in sizes(max_bytes):
+            for backend, device in (("mccl", torch.device("mock", rank)), ("gloo", "cpu")):
+                seconds, actual = run_collective(coll, nbytes, device, world)
+                algbw = actual / seconds / 1e9
+                rows.append({"collective": coll, "bytes": actual, "backend": backend,
+                             "seconds": seconds, "algbw_gbps": algbw,
+                             "busbw_gbps": algbw * bus_factor(coll, world)})
+                if rank == 0:
+                    print(f"  {coll:15s} {human(actual):>8s} {backend}: {seconds * 1e6:12.1f} us",
+                          file=sys.stderr, flush=True)
+    mem = memcpy_gbps() if rank == 0 else 0.0
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        Path(out).write_text(json.dumps({"world": world, "memcpy_gbps": mem, "rows": rows}))
+
+
+def human(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", MIB), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:g} {unit}"
+    return f"{n} B"
+
+
+def report(data: dict) -> tuple[str, bool]:
+    """The results table (markdown) and whether the targets are met."""
+    rows = data["rows"]
+    by = {(r["collective"], r["bytes"], r["backend"]): r for r in rows}
+    lines = ["| collective | size | mccl latency | gloo latency | mccl busbw | gloo busbw | "
+             "mccl/gloo busbw |", "|---|---|---|---|---|---|---|"]
+    ok = True
+    for coll in COLLECTIVES:
+        for nbytes in sorted({r["bytes"] for r in rows if r["collective"] == coll}):
+            m, g = by[(coll, nbytes, "mccl")], by[(coll, nbytes, "gloo")]
+            ratio = m["busbw_gbps"] / g["busbw_gbps"]
+            lines.append(f"| {coll} | {human(nbytes)} | {fmt_time(m['seconds'])} | "
+                         f"{fmt_time(g['seconds'])} | {m['busbw_gbps']:.2f} GB/s | "
+                         f"{g['busbw_gbps']:.2f} GB/s | {ratio:.1f}x |")
+    targets = []
+    allreduce = [r for r in rows if r["collective"] == "all_reduce"]
+    for nbytes in sorted({r["bytes"] for r in allreduce if r["bytes"] >= MIB}):
+        ratio = by[("all_reduce", nbytes, "mccl")]["busbw_gbps"] / \
+            by[("all_reduce", nbytes, "gloo")]["busbw_gbps"]
+        targets.append((f"all_reduce busbw {human(nbytes)}: {ratio:.1f}x gloo (>= 2x)",
+                        ratio >= 2))
+    small = min(r["bytes"] for r in allreduce)
+    m, g = by[("all_reduce", small, "mccl")], by[("all_reduce", small, "gloo")]
+    targets.append((f"all_reduce {small} B latency: mccl {fmt_time(m['seconds'])} vs gloo "
+                    f"{fmt_time(g['seconds'])} (<= gloo)", m["seconds"] <= g["seconds"]))
+    lines.append("")
+    lines.append(f"memcpy bandwidth (same run, 256 MiB copy_): {data['memcpy_gbps']:.2f} GB/s")
+    for coll in COLLECTIVES:
+        top = max(r["bytes"] for r in rows if r["collective"] == coll)
+        m = by[(coll, top, "mccl")]
+        lines.append(f"{coll} {human(top)}: algbw {m['algbw_gbps']:.2f} GB/s = "
+                     f"{m['algbw_gbps'] / data['memcpy_gbps']:.0%} of memcpy, busbw "
+                     f"{m['busbw_gbps']:.2f} GB/s")
+    lines.append("")
+    for text, met in targets:
+        lines.append(f"{'PASS' if met else 'MISS'}  {text}")
+        ok = ok and met
+    return "\n".join(lines), ok
+
+
+def fmt_time(s: float) -> str:
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.1f} ms"
+    return f"{s:.2f} s"
+
+
+def plot(data: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, len(COLLECTIVES), figsize=(15, 8))
+    for i, coll in enumerate(COLLECTIVES):
+        for backend, style in (("mccl", "o-"), ("gloo", "s--")):
+            rs = sorted((r for r in data["rows"] if r["collective"] == coll and
+                         r["backend"] == backend), key=lambda r: r["bytes"])
+            x = [r["bytes"] for r in rs]
+            axes[0][i].loglog(x, [r["seconds"] * 1e6 for r in rs], style, label=backend)
+            axes[1][i].semilogx(x, [r["busbw_gbps"] for r in rs], style, label=backend)
+        axes[1][i].axhline(data["memcpy_gbps"], color="grey", linestyle=":", label="memcpy")
+        axes[0][i].set_title(f"{coll}, {data['world']} ranks")
+        axes[0][i].set_ylabel("latency (µs)")
+        axes[1][i].set_ylabel("bus bandwidth (GB/s)")
+        axes[1][i].set_xlabel("bytes")
+        for ax in (axes[0][i], axes[1][i]):
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
+    parser.add_argument("--max-mib", type=int, default=256)
+    parser.add_argument("--ranks", type=int, default=4)
+    args = parser.parse_args(argv)
+    import subprocess
+
+    # Build the extensions once here, not in every rank at the same time.
+    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
+                    "accelkit.backends.mock import mccl; mccl.extension()"], check=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    raw = args.out / "collectives.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(args.ranks),
+                               str(port), str(raw), str(args.max_mib * MIB)], env=env)
+             for r in range(args.ranks)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        print(f"rank exit codes {codes}", file=sys.stderr)
+        return 2
+    data = json.loads(raw.read_text())
+    text, ok = report(data)
+    print(text)
+    plot(data, args.out / "collectives.png")
+    print(f"\n{args.ranks} ranks, {time.monotonic() - start:.0f} s; plot: "
+          f"{args.out / 'collectives.png'}, numbers: {raw}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--rank":
+        rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
+                  int(sys.argv[6]))
+    else:
+        sys.exit(main())

@@ -1,0 +1,255 @@
+"""mccl failure behaviour on mock tensors: timeout, mismatch, dead peer, ranks on different
+hosts, default backend with no backend string, and no shared memory left behind (issue #5).
+
+One pool of 3 rank processes runs the whole scenario (``python tests/test_mccl_failures.py`` is
+the rank program; rank 2 is the one that misbehaves) and reports what each rank saw as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from test_mccl_collectives import build_extensions, spawn_ranks
+
+WORLD = 3
+GROUP_TIMEOUT_S = 2.0
+
+
+def _outcome(fn):
+    """Run fn(); return what happened as a JSON-able dict (type, message, seconds)."""
+    start = time.monotonic()
+    try:
+        value = fn()
+        return {"raised": None, "value": value, "seconds": time.monotonic() - start}
+    except Exception as e:  # noqa: BLE001  (reported to the test process)
+        return {"raised": type(e).__name__, "message": str(e), "seconds": time.monotonic() - start}
+
+
+def rank_main(rank: int, world_size: int, out_path: str) -> None:
+    import accelkit.backends.mock  # noqa: F401  (torch.mock and mccl)
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    torch.mock.set_device(rank)
+    seen: dict = {"pid": os.getpid()}
+
+    def save():
+        Path(out_path).write_text(json.dumps(seen))
+
+    dev = torch.device("mock", rank)
+    # No backend string on a mock machine: mock tensors through mccl, CPU tensors through gloo.
+    dist.init_process_group(rank=rank, world_size=world_size, timeout=timedelta(seconds=30))
+    world = dist.group.WORLD
+    seen["default_mock_backend"] = world._get_backend(dev).name()
+    seen["default_cpu_backend"] = world._get_backend(torch.device("cpu")).name()
+    t = torch.ones(3, device=dev)
+    dist.all_reduce(t)
+    c = torch.ones(3)
+    dist.all_reduce(c)
+    seen["default_sums"] = [t.cpu().tolist(), c.tolist()]
+
+    # A collective rank 2 never joins: the others time out, naming rank 2; rank 2 comes late
+    # and finds the group aborted.
+    timed = dist.new_group(timeout=timedelta(seconds=GROUP_TIMEOUT_S))
+    dist.all_reduce(torch.ones(1, device=dev), group=timed)  # seq 1 works
+    if rank != 2:
+        seen["timeout"] = _outcome(lambda: dist.all_reduce(torch.ones(4, device=dev), group=timed))
+    else:
+        time.sleep(GROUP_TIMEOUT_S + 1.5)
+        seen["late"] = _outcome(lambda: dist.all_reduce(torch.ones(4, device=dev), group=timed))
+    seen["after_timeout"] = _outcome(lambda: dist.all_reduce(torch.ones(1, device=dev),
+                                                             group=timed))
+
+    # Mismatches (rank 2 differs): raised on every rank, and the group stays usable.
+    mixed = dist.new_group(timeout=timedelta(seconds=20))
+    odd = rank == 2
+    x16 = torch.ones(16, device=dev)
+    cases = {
+        "numel": lambda: dist.all_reduce(torch.ones(8 if odd else 16, device=dev), group=mixed),
+        "dtype": lambda: dist.all_reduce(x16.double() if odd else x16, group=mixed),
+        "op": lambda: dist.all_reduce(x16, op=dist.ReduceOp.MAX if odd else dist.ReduceOp.SUM,
+                                      group=mixed),
+        "root": lambda: dist.broadcast(x16, src=1 if odd else 0, group=mixed),
+        "kind": lambda: (dist.all_gather_into_tensor(torch.empty(48, device=dev), x16, group=mixed)
+                         if odd else dist.all_reduce(x16, group=mixed)),
+        "alltoall_splits": lambda: dist.all_to_all_single(
+            torch.empty(3, device=dev), torch.ones(3, device=dev),
+            [1, 1, 1], [2, 0, 1] if odd else [1, 1, 1], group=mixed),
+    }
+    seen["mismatch"] = {name: _outcome(fn) for name, fn in cases.items()}
+    ok = torch.full((5,), float(rank), device=dev)
+    dist.all_reduce(ok, group=mixed)
+    seen["after_mismatch"] = ok.cpu().tolist()
+
+    # A peer that dies: the others fail fast (well within the 30 s timeout), naming it.
+    doomed = dist.new_group(timeout=timedelta(seconds=30))
+    dist.all_reduce(torch.ones(1, device=dev), group=doomed)
+    if rank == 2:
+        save()
+        os._exit(3)
+    seen["dead_peer"] = _outcome(lambda: dist.all_reduce(torch.ones(1 << 16, device=dev),
+                                                         group=doomed))
+    save()
+    os._exit(0)  # the default group includes the dead rank: no orderly shutdown possible
+
+
+def host_rank_main(rank: int, world_size: int, out_path: str) -> None:
+    """Ranks whose hostnames differ (rank 1 runs in its own UTS namespace)."""
+    import accelkit.backends.mock  # noqa: F401
+    import torch.distributed as dist
+
+    outcome = _outcome(lambda: dist.init_process_group(
+        "mock:mccl,cpu:gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=20)))
+    Path(out_path).write_text(json.dumps({"init": outcome}))
+
+
+def leftover_segments(pids) -> list[str]:
+    """/dev/shm entries mccl would have created for groups whose rank 0 had one of `pids`."""
+    prefixes = tuple(f"accelkit_mccl_{pid}_" for pid in pids)
+    return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
+
+
+@pytest.fixture(scope="module")
+def scenario(tmp_path_factory):
+    build_extensions()
+    out = tmp_path_factory.mktemp("mccl_failures")
+    results, errs, codes = spawn_ranks(__file__, WORLD, out, timeout=90)
+    return results, errs, codes
+
+
+def test_ranks_exit_as_scripted(scenario):
+    results, errs, codes = scenario
+    assert codes == [0, 0, 3], "\n".join(e[-2000:] for e in errs)
+    assert all(r is not None for r in results)
+
+
+def test_no_backend_gives_mccl_for_mock_and_gloo_for_cpu(scenario):
+    results, _, _ = scenario
+    for r in results:
+        assert r["default_mock_backend"] == "mccl"
+        assert r["default_cpu_backend"] == "gloo"
+        assert r["default_sums"] == [[3.0] * 3, [3.0] * 3]
+
+
+def test_timeout_names_collective_seq_and_missing_rank(scenario):
+    results, _, _ = scenario
+    for rank in (0, 1):
+        seen = results[rank]["timeout"]
+        assert seen["raised"] == "DistBackendError", seen
+        msg = seen["message"]
+        assert "allreduce (seq 2) timed out after 2000 ms" in msg, msg
+        assert "rank 2 did not join" in msg, msg
+        assert GROUP_TIMEOUT_S - 0.1 <= seen["seconds"] <= GROUP_TIMEOUT_S + 2.0, seen
+
+
+def test_group_is_unusable_after_a_timeout_on_every_rank(scenario):
+    results, _, _ = scenario
+    late = results[2]["late"]
+    assert late["raised"] == "DistBackendError", late
+    assert "aborted the group" in late["message"] and "timed out" in late["message"], late
+    assert late["seconds"] < 1.0, late
+    for rank in range(WORLD):
+        after = results[rank]["after_timeout"]
+        assert after["raised"] == "DistBackendError", after
+        assert "failed earlier" in after["message"], after
+
+
+MISMATCH_TEXT = {
+    "numel": ("rank 0: allreduce seq 1, Float, 16 elements, op SUM",
+              "rank 2: allreduce seq 1, Float, 8 elements, op SUM"),
+    "dtype": ("rank 2: allreduce seq 2, Double, 16 elements",),
+    "op": ("rank 1: allreduce seq 3, Float, 16 elements, op SUM",
+           "rank 2: allreduce seq 3, Float, 16 elements, op MAX"),
+    "root": ("rank 0: broadcast seq 4, Float, 16 elements, root 0",
+             "rank 2: broadcast seq 4, Float, 16 elements, root 1"),
+    "kind": ("rank 0: allreduce seq 5", "rank 2: allgather seq 5"),
+}
+
+
+@pytest.mark.parametrize("name", list(MISMATCH_TEXT))
+def test_mismatch_raises_on_every_rank(scenario, name):
+    results, _, _ = scenario
+    for rank in range(WORLD):
+        seen = results[rank]["mismatch"][name]
+        assert seen["raised"] == "DistBackendError", (rank, seen)
+        assert f"collective mismatch at seq {list(MISMATCH_TEXT).index(name) + 1}" in \
+            seen["message"], seen
+        for text in MISMATCH_TEXT[name]:
+            assert text in seen["message"], (text, seen["message"])
+
+
+def test_alltoall_split_mismatch_names_both_ranks(scenario):
+    results, _, _ = scenario
+    for rank in range(WORLD):
+        seen = results[rank]["mismatch"]["alltoall_splits"]
+        assert seen["raised"] == "DistBackendError", (rank, seen)
+        assert "split sizes disagree: rank 2 sends 2 elements to rank 0, which expects 1" in \
+            seen["message"], seen
+
+
+def test_group_still_works_after_mismatches(scenario):
+    results, _, _ = scenario
+    for r in results:
+        assert r["after_mismatch"] == [3.0] * 5
+
+
+def test_dead_peer_fails_fast_naming_it(scenario):
+    results, _, _ = scenario
+    pid2 = results[2]["pid"]
+    for rank in (0, 1):
+        seen = results[rank]["dead_peer"]
+        assert seen["raised"] == "DistBackendError", seen
+        assert f"rank 2 (pid {pid2}) exited" in seen["message"], seen
+        assert seen["seconds"] < 10, seen  # the group timeout is 30 s
+
+
+def test_no_shared_memory_left_after_crash_and_timeouts(scenario):
+    results, _, _ = scenario
+    assert leftover_segments([r["pid"] for r in results]) == []
+
+
+def test_no_default_backend_warning_at_shutdown(scenario):
+    _, errs, _ = scenario
+    for err in errs:
+        assert "No backend of type" not in err, err[-2000:]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or subprocess.run(
+    ["unshare", "--uts", "true"], capture_output=True).returncode != 0,
+    reason="needs `unshare --uts` (root) to give one rank another hostname")
+def test_ranks_on_different_hosts_fail_naming_the_hosts(tmp_path):
+    build_extensions()
+    here = os.uname().nodename
+
+    def prefix(rank):
+        if rank == 0:
+            return []
+        return ["unshare", "--uts", "sh", "-c", 'hostname mccl-other-host && exec "$@"', "sh"]
+
+    results, errs, codes = spawn_ranks(__file__, 2, tmp_path, extra_args=["hosts"], prefix=prefix,
+                                       timeout=60)
+    assert codes == [0, 0], "\n".join(e[-2000:] for e in errs)
+    for r in results:
+        init = r["init"]
+        assert init["raised"] == "DistBackendError", init
+        assert f"rank 0 on '{here}', rank 1 on 'mccl-other-host'" in init["message"], init
+        assert "Use a multi-host backend" in init["message"], init
+
+
+if __name__ == "__main__":
+    main = host_rank_main if sys.argv[4:] == ["hosts"] else rank_main
+    try:
+        main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    except Exception:
+        traceback.print_exc()
+        raise
