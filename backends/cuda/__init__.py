@@ -3,6 +3,8 @@
 Without enough GPUs the backend is *unavailable* with the reason, never an error.
 """
 
+from pathlib import Path
+
 from accelkit.core.spec import BackendSpec, Capabilities
 
 
@@ -33,4 +35,5 @@ SPEC = BackendSpec(
     # CUDA's Philox honours the tracker's offsets but draws 4 values per thread in its own
     # layout, so a Shard(0) result is not bitwise the single-device one.
     capabilities=Capabilities(rng="offset-consistent", max_world_size=None, cpu_collectives=True),
+    expectations=Path(__file__).with_name("expectations.toml"),
 )
