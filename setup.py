@@ -1,4 +1,5 @@
-"""Package layout: the top-level folders become sub-packages of ``accelkit``.
+"""Package layout: ``src/accelkit`` is the package (under src/ so that running from the repo
+root never shadows the installed one); the top-level folders become its sub-packages.
 
 ``core/`` -> ``accelkit.core``, ``backends/`` -> ``accelkit.backends``,
 ``conformance/`` -> ``accelkit.conformance``, ``device_templates/`` ->
@@ -11,7 +12,7 @@ from setuptools import setup
 
 ROOT = Path(__file__).parent
 FOLDERS = {
-    "accelkit": "accelkit",
+    "accelkit": "src/accelkit",
     "accelkit.core": "core",
     "accelkit.backends": "backends",
     "accelkit.conformance": "conformance",
