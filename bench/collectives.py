@@ -25,12 +25,13 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MIB = 1 << 20
 
 
-def sizes(max_bytes: int) -> list[int]:
+def sizes(max_bytes: int, min_bytes: int = 8) -> list[int]:
     out, s = [], 8
     while s <= max_bytes:
-        out.append(s)
+        if s >= min_bytes:
+            out.append(s)
         s *= 4 if s < 64 * MIB else 2
-    if out[-1] != max_bytes:
+    if not out or out[-1] != max_bytes:
         out.append(max_bytes)
     return out
 
@@ -96,7 +97,8 @@ def run_collective(coll, nbytes, device, world):
     return t.item(), elems * 4
 
 
-def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int) -> None:
+def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int, min_bytes: int,
+              collectives: list[str]) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import accelkit.backends.mock  # noqa: F401
     import torch
@@ -106,8 +108,8 @@ def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int) -> Non
     torch.mock.set_device(rank)
     dist.init_process_group("mock:mccl,cpu:gloo", rank=rank, world_size=world)
     rows = []
-    for coll in COLLECTIVES:
-        for nbytes in sizes(max_bytes):
+    for coll in collectives:
+        for nbytes in sizes(max_bytes, min_bytes):
             for backend, device in (("mccl", torch.device("mock", rank)), ("gloo", "cpu")):
                 seconds, actual = run_collective(coll, nbytes, device, world)
                 algbw = actual / seconds / 1e9
@@ -121,7 +123,8 @@ def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int) -> Non
     dist.barrier()
     dist.destroy_process_group()
     if rank == 0:
-        Path(out).write_text(json.dumps({"world": world, "memcpy_gbps": mem, "rows": rows}))
+        Path(out).write_text(json.dumps({"world": world, "memcpy_gbps": mem,
+                                         "collectives": collectives, "rows": rows}))
 
 
 def human(n: int) -> str:
@@ -138,7 +141,7 @@ def report(data: dict) -> tuple[str, bool]:
     lines = ["| collective | size | mccl latency | gloo latency | mccl busbw | gloo busbw | "
              "mccl/gloo busbw |", "|---|---|---|---|---|---|---|"]
     ok = True
-    for coll in COLLECTIVES:
+    for coll in data["collectives"]:
         for nbytes in sorted({r["bytes"] for r in rows if r["collective"] == coll}):
             m, g = by[(coll, nbytes, "mccl")], by[(coll, nbytes, "gloo")]
             ratio = m["busbw_gbps"] / g["busbw_gbps"]
@@ -152,13 +155,14 @@ def report(data: dict) -> tuple[str, bool]:
             by[("all_reduce", nbytes, "gloo")]["busbw_gbps"]
         targets.append((f"all_reduce busbw {human(nbytes)}: {ratio:.1f}x gloo (>= 2x)",
                         ratio >= 2))
-    small = min(r["bytes"] for r in allreduce)
-    m, g = by[("all_reduce", small, "mccl")], by[("all_reduce", small, "gloo")]
-    targets.append((f"all_reduce {small} B latency: mccl {fmt_time(m['seconds'])} vs gloo "
-                    f"{fmt_time(g['seconds'])} (<= gloo)", m["seconds"] <= g["seconds"]))
+    if allreduce:
+        small = min(r["bytes"] for r in allreduce)
+        m, g = by[("all_reduce", small, "mccl")], by[("all_reduce", small, "gloo")]
+        targets.append((f"all_reduce {small} B latency: mccl {fmt_time(m['seconds'])} vs gloo "
+                        f"{fmt_time(g['seconds'])} (<= gloo)", m["seconds"] <= g["seconds"]))
     lines.append("")
     lines.append(f"memcpy bandwidth (same run, 256 MiB copy_): {data['memcpy_gbps']:.2f} GB/s")
-    for coll in COLLECTIVES:
+    for coll in data["collectives"]:
         top = max(r["bytes"] for r in rows if r["collective"] == coll)
         m = by[(coll, top, "mccl")]
         lines.append(f"{coll} {human(top)}: algbw {m['algbw_gbps']:.2f} GB/s = "
@@ -185,8 +189,9 @@ def plot(data: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, len(COLLECTIVES), figsize=(15, 8))
-    for i, coll in enumerate(COLLECTIVES):
+    colls = data["collectives"]
+    fig, axes = plt.subplots(2, len(colls), figsize=(5 * len(colls), 8), squeeze=False)
+    for i, coll in enumerate(colls):
         for backend, style in (("mccl", "o-"), ("gloo", "s--")):
             rs = sorted((r for r in data["rows"] if r["collective"] == coll and
                          r["backend"] == backend), key=lambda r: r["bytes"])
@@ -209,7 +214,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results")
     parser.add_argument("--max-mib", type=int, default=256)
+    parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--collectives", default=",".join(COLLECTIVES),
+                        help="comma-separated subset of " + ",".join(COLLECTIVES))
     args = parser.parse_args(argv)
     import subprocess
 
@@ -224,7 +232,8 @@ def main(argv=None) -> int:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(args.ranks),
-                               str(port), str(raw), str(args.max_mib * MIB)], env=env)
+                               str(port), str(raw), str(args.max_mib * MIB), str(args.min_bytes),
+                               args.collectives], env=env)
              for r in range(args.ranks)]
     codes = [p.wait() for p in procs]
     if any(codes):
@@ -242,6 +251,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
         rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-                  int(sys.argv[6]))
+                  int(sys.argv[6]), int(sys.argv[7]), sys.argv[8].split(","))
     else:
         sys.exit(main())

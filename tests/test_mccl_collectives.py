@@ -127,9 +127,10 @@ ALLREDUCE_MATRIX = {
     "int64": ("SUM", "MAX", "BXOR"),
     "bool": ("SUM", "MIN", "MAX", "BXOR"),
 }
-#: Elements: one, a small message (one barrier per round), a large one (three rounds of the
-#: 1 MiB chunk at 4 bytes, reduce-scatter + copy path), zero.
-SIZES = (1, 1000, 700_000, 0)
+#: Elements: one, a small message (each rank reduces all of it), large ones (several rounds of
+#: the 512 KiB chunk, each rank reducing a part; 262_244 float32 ends with a small round), zero.
+SIZES = (1, 1000, 700_000, 262_244, 0)
+LARGE = (700_000, 262_244)
 
 
 def _allreduce_case(dtype_name, op_name, n):
@@ -149,7 +150,7 @@ def _allreduce_case(dtype_name, op_name, n):
 for _dt, _ops in ALLREDUCE_MATRIX.items():
     for _op in _ops:
         for _n in SIZES:
-            if _n == 700_000 and _dt not in ("float32", "bfloat16", "int64"):
+            if _n in LARGE and _dt not in ("float32", "bfloat16", "int64"):
                 continue
             case(f"allreduce-{_dt}-{_op}-{_n}")(_allreduce_case(_dt, _op, _n))
 

@@ -192,7 +192,7 @@ std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& s
   check_one_host(store, rank, size, timeout);
   Segment seg;
   if (rank == 0) {
-    const size_t chunk = env_size("ACCELKIT_MCCL_CHUNK_BYTES", 1 << 20);
+    const size_t chunk = env_size("ACCELKIT_MCCL_CHUNK_BYTES", 512 << 10);
     const size_t p2p_chunk = env_size("ACCELKIT_MCCL_P2P_CHUNK_BYTES", 256 << 10);
     const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) |
                            std::random_device{}();

@@ -378,9 +378,10 @@ class ShmTransport : public accelkit::c10d::Transport {
     h.root = call.root;
   }
 
-  // allreduce / reduce. Small rounds: every rank reduces the whole round itself (one barrier).
-  // Large rounds: rank r reduces the r-th part into the shared result slot, a second barrier,
-  // then every rank copies the result out.
+  // allreduce / reduce, pipelined with one barrier per round. Small rounds: every rank reduces
+  // the whole round itself, straight into `out`. Large rounds: rank r reduces the r-th part
+  // into the set's result slot; the result is copied out after the NEXT round's barrier (or a
+  // final one), which every rank passes only once all parts are reduced.
   void reduce_rounds(const CallInfo& call, const void* in, void* out, bool writes) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
@@ -388,6 +389,12 @@ class ShmTransport : public accelkit::c10d::Transport {
     const char* src = static_cast<const char*>(in);
     char* dst = static_cast<char*>(out);
     std::vector<const void*> parts(size_);
+    int64_t pending_off = -1, pending_n = 0;
+    const char* pending = nullptr;
+    auto copy_pending = [&] {
+      if (pending_off >= 0 && writes) std::memcpy(dst + pending_off * es, pending, pending_n * es);
+      pending_off = -1;
+    };
     int64_t off = 0;
     bool first = true;
     do {
@@ -395,6 +402,7 @@ class ShmTransport : public accelkit::c10d::Transport {
       std::memcpy(slot(rank_), src + off * es, n * es);
       sync(call);
       if (first) check_headers(call), first = false;
+      copy_pending();
       if (static_cast<size_t>(n) * es <= kDirectReduceBytes) {
         for (int r = 0; r < size_; ++r) parts[r] = slot(r);
         if (writes) mccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
@@ -404,12 +412,17 @@ class ShmTransport : public accelkit::c10d::Transport {
         const int64_t hi = std::min(n, lo + part);
         for (int r = 0; r < size_; ++r) parts[r] = slot(r) + lo * es;
         mccl::reduce(call.dtype, call.op, result() + lo * es, parts.data(), size_, hi - lo);
-        sync(call);
-        if (writes) std::memcpy(dst + off * es, result(), n * es);
+        pending_off = off;
+        pending_n = n;
+        pending = result();
       }
       off += n;
       flip();
     } while (off < call.count);
+    if (pending_off >= 0) {
+      sync(call);
+      copy_pending();
+    }
   }
 
   void gather_rounds(const CallInfo& call, const void* in, void* out) {
