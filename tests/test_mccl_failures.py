@@ -113,6 +113,46 @@ def host_rank_main(rank: int, world_size: int, out_path: str) -> None:
     Path(out_path).write_text(json.dumps({"init": outcome}))
 
 
+def eager_rank_main(rank: int, world_size: int, out_path: str) -> None:
+    """init_process_group(device_id=...): the binding survives mccl's creator, DeviceMesh and
+    split_group split the group (mock through mccl, CPU through gloo), new_group still works."""
+    import accelkit.backends.mock  # noqa: F401
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    torch.mock.set_device(rank)
+    dev = torch.device("mock", rank)
+    dist.init_process_group("mock:mccl,cpu:gloo", rank=rank, world_size=world_size, device_id=dev)
+    seen = {"bound": str(dist.group.WORLD.bound_device_id)}
+    mesh = init_device_mesh("mock", (2, world_size // 2), mesh_dim_names=("dp", "tp"))
+    t = torch.ones(2, device=dev)
+    dist.all_reduce(t, group=mesh.get_group("dp"))
+    whole = dist.split_group(split_ranks=[list(range(world_size))])
+    u, c = torch.ones(2, device=dev), torch.ones(2)
+    dist.all_reduce(u, group=whole)
+    dist.all_reduce(c, group=whole)
+    pair = dist.new_group([0, 1])
+    v = torch.ones(1, device=dev)
+    if rank < 2:
+        dist.all_reduce(v, group=pair)
+    seen.update(dp=t.cpu().tolist(), split=u.cpu().tolist(), split_cpu=c.tolist(),
+                pair=v.cpu().tolist())
+    dist.destroy_process_group()
+    Path(out_path).write_text(json.dumps(seen))
+
+
+def test_eager_init_keeps_binding_and_splits(tmp_path):
+    build_extensions()
+    results, errs, codes = spawn_ranks(__file__, 4, tmp_path, extra_args=["eager"], timeout=90)
+    assert codes == [0] * 4, "\n".join(e[-2000:] for e in errs)
+    for rank, r in enumerate(results):
+        assert r == {"bound": f"mock:{rank}", "dp": [2.0, 2.0], "split": [4.0, 4.0],
+                     "split_cpu": [4.0, 4.0], "pair": [2.0] if rank < 2 else [1.0]}, r
+    for err in errs:
+        assert "No backend of type" not in err, err[-2000:]
+
+
 def leftover_segments(pids) -> list[str]:
     """/dev/shm entries mccl would have created for groups whose rank 0 had one of `pids`."""
     prefixes = tuple(f"accelkit_mccl_{pid}_" for pid in pids)
@@ -247,7 +287,8 @@ def test_ranks_on_different_hosts_fail_naming_the_hosts(tmp_path):
 
 
 if __name__ == "__main__":
-    main = host_rank_main if sys.argv[4:] == ["hosts"] else rank_main
+    main = {"hosts": host_rank_main, "eager": eager_rank_main}.get(sys.argv[4] if sys.argv[4:]
+                                                                    else "", rank_main)
     try:
         main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
     except Exception:

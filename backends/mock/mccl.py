@@ -13,12 +13,16 @@ mccl and CPU tensors through gloo, which c10d accepts from a creator. That makes
 machine, where torch 2.13 would register mccl for mock tensors only) give a group with CPU
 collectives, and sets the group's default backend, which torch 2.13 leaves unset for a
 ``"<device>:<custom>,cpu:gloo"`` string (a warning "No backend of type 0 found" at shutdown;
-see the facts note).
+see the facts note). torch binds ``init_process_group(device_id=...)`` to the group it made
+before calling the creator and does not pass ``device_id`` on, so the creator carries that
+binding over to its group (:func:`_binding_of_group_being_created`); with it, DeviceMesh and
+``split_group`` split the group (mccl supports splitting).
 """
 
 from __future__ import annotations
 
 import functools
+import sys
 from datetime import timedelta
 
 DEVICE = "mock"
@@ -50,6 +54,17 @@ def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVIC
     return extension().Backend(store, rank, size, timeout_ms, device)
 
 
+def _binding_of_group_being_created():
+    """The ``bound_device_id`` torch gave the ``ProcessGroup`` it is building around this
+    creator (``_new_process_group_helper``'s ``pg``), or None. torch 2.13 sets it from
+    ``init_process_group(device_id=...)`` before calling the creator and does not pass it."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
+        frame = frame.f_back
+    pg = frame.f_locals.get("pg") if frame is not None else None
+    return getattr(pg, "bound_device_id", None)
+
+
 def create_backend(dist_backend_opts, backend_options):
     """The ``extended_api=True`` creator ``torch.distributed.Backend.register_backend`` calls:
     a ``ProcessGroup`` with mccl for mock tensors and gloo for CPU tensors, mccl as default."""
@@ -67,4 +82,5 @@ def create_backend(dist_backend_opts, backend_options):
     gloo._set_sequence_number_for_group()
     group._register_backend(torch.device("cpu"), ProcessGroup.BackendType.GLOO, gloo)
     group._set_default_backend(ProcessGroup.BackendType.CUSTOM)
+    group.bound_device_id = _binding_of_group_being_created()
     return group

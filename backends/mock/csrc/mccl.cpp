@@ -223,6 +223,12 @@ std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& s
   return std::make_unique<ShmTransport>(rank, size, seg.release(), ctl->chunk, ctl->p2p_chunk);
 }
 
+// Backend options that Python can deep-copy (torch.distributed.split_group does).
+struct Options : ::c10d::Backend::Options {
+  Options(std::string backend, std::chrono::milliseconds timeout)
+      : ::c10d::Backend::Options(std::move(backend), timeout) {}
+};
+
 }  // namespace mccl
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -233,11 +239,25 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<TransportBackend, ::c10d::Backend, c10::intrusive_ptr<TransportBackend>>(m, "Backend")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        int64_t timeout_ms, const std::string& device) {
-             const std::chrono::milliseconds timeout(timeout_ms);
-             auto transport = mccl::connect(store, rank, size, timeout);
-             return c10::make_intrusive<TransportBackend>(std::move(transport), timeout,
-                                                          c10::Device(device).type(), mccl::kName);
+             return c10::make_intrusive<TransportBackend>(
+                 mccl::connect, store, rank, size, std::chrono::milliseconds(timeout_ms),
+                 c10::Device(device).type(), mccl::kName);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
-           py::arg("device"), py::call_guard<py::gil_scoped_release>());
+           py::arg("device"), py::call_guard<py::gil_scoped_release>())
+      // new_group() on a rank outside the new group calls this on the default group's backend
+      // when that supports splitting (written for NCCL's ncclCommSplit); nothing to do here:
+      // mccl groups connect only their members.
+      .def("perform_nocolor_split", [](TransportBackend&, const at::Device&) {})
+      // split_group deep-copies the parent backend's options (the base Options type cannot be
+      // copied from Python), so hand out a copy that can.
+      .def_property_readonly("options", [](TransportBackend& self) {
+        auto opts = self.getBackendOptions();
+        return c10::make_intrusive<mccl::Options>(opts->backend, opts->timeout);
+      });
+  py::class_<mccl::Options, ::c10d::Backend::Options, c10::intrusive_ptr<mccl::Options>>(
+      m, "Options")
+      .def("__deepcopy__", [](const mccl::Options& self, py::dict) {
+        return c10::make_intrusive<mccl::Options>(self.backend, self.timeout);
+      });
 }

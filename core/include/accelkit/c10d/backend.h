@@ -10,6 +10,7 @@
 // arguments, the data movement is the Transport's.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -79,12 +80,20 @@ class OrderedWorker {
   std::thread thread_;
 };
 
+// Connects the ranks of one group through `store` and returns this rank's transport; called
+// by every rank of a new group (creation, and split() for sub-groups).
+using Connect = std::function<std::unique_ptr<Transport>(
+    const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+    std::chrono::milliseconds timeout)>;
+
 class TransportBackend : public ::c10d::Backend {
  public:
-  TransportBackend(std::unique_ptr<Transport> transport, std::chrono::milliseconds timeout,
-                   c10::DeviceType device_type, std::string name)
-      : ::c10d::Backend(transport->rank(), transport->size()),
-        transport_(std::move(transport)),
+  TransportBackend(Connect connect, const c10::intrusive_ptr<::c10d::Store>& store, int rank,
+                   int size, std::chrono::milliseconds timeout, c10::DeviceType device_type,
+                   std::string name)
+      : ::c10d::Backend(rank, size),
+        connect_(std::move(connect)),
+        transport_(connect_(store, rank, size, timeout)),
         timeout_(timeout),
         device_type_(device_type),
         name_(std::move(name)) {
@@ -96,6 +105,26 @@ class TransportBackend : public ::c10d::Backend {
   const std::string getBackendName() const override { return name_; }
 
   void setTimeout(std::chrono::milliseconds timeout) override { timeout_ = timeout; }
+
+  c10::intrusive_ptr<Options> getBackendOptions() override {
+    return c10::make_intrusive<Options>(name_, timeout_);
+  }
+
+  // split_group / DeviceMesh after init_process_group(device_id=...): the ranks of `ranks`
+  // (ranks of this group, sorted) connect a new group through `store`; others get nullptr.
+  bool supportsSplitting() const override { return true; }
+
+  c10::intrusive_ptr<::c10d::Backend> split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                            const std::vector<int>& ranks,
+                                            const c10::intrusive_ptr<Options>& opts) override {
+    auto me = std::find(ranks.begin(), ranks.end(), rank_);
+    if (me == ranks.end()) return nullptr;
+    const auto timeout = opts ? opts->timeout : timeout_;
+    return c10::make_intrusive<TransportBackend>(connect_, store,
+                                                 static_cast<int>(me - ranks.begin()),
+                                                 static_cast<int>(ranks.size()), timeout,
+                                                 device_type_, name_);
+  }
 
   std::chrono::milliseconds timeout() const { return timeout_; }
 
@@ -687,6 +716,7 @@ class TransportBackend : public ::c10d::Backend {
     return *slot;
   }
 
+  const Connect connect_;
   std::unique_ptr<Transport> transport_;
   std::chrono::milliseconds timeout_;
   const c10::DeviceType device_type_;
