@@ -40,12 +40,6 @@ def extension():
     return load_extension(**EXTENSIONS["mccl"])
 
 
-def segment_prefix() -> str:
-    """Every mccl shared-memory segment is named with this prefix (``/dev/shm/accelkit_mccl_``);
-    each is unlinked as soon as all ranks mapped it, so none should ever be listed."""
-    return "/dev/shm/accelkit_mccl_"
-
-
 def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVICE):
     """An mccl ``c10d.Backend`` for one process group, connected through ``store``: every rank
     of the group calls it. Raises ``DistBackendError`` when the ranks are on different hosts or
