@@ -31,3 +31,19 @@ def json_result(proc: subprocess.CompletedProcess) -> dict:
     if proc.returncode != 0 or not proc.stdout.strip():
         pytest.fail(f"snippet failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+#: True inside the fresh interpreter that :func:`run_module_with_mock` starts.
+IN_MOCK_PROCESS = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
+
+
+def run_module_with_mock(test_file: str, host_accessible: str, **env: str) -> None:
+    """Run a test module's mock tests in a fresh pytest interpreter (registering the mock claims
+    PrivateUse1 for the whole process), on the zero-copy paths (``host_accessible="1"``) or on
+    the copying paths a discrete device takes (``"0"``); fails with the inner output."""
+    env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_HOST_ACCESSIBLE": host_accessible,
+           **env}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
+                          env=env, capture_output=True, text=True, timeout=900, cwd=TESTS)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]

@@ -6,25 +6,15 @@ device takes (at::native::cpu_fallback, staged copies)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
+from conftest import IN_MOCK_PROCESS, run_module_with_mock
 
-INNER = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
-
-if not INNER:
+if not IN_MOCK_PROCESS:
     @pytest.mark.parametrize("host_accessible", ["1", "0"])
     def test_in_own_process(host_accessible):
         """Registering the mock claims PrivateUse1 for the whole process: run this module's
         tests in a fresh interpreter (zero-copy, then copying runtime paths)."""
-        env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
-               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_HOST_ACCESSIBLE": host_accessible}
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               __file__], env=env, capture_output=True, text=True, timeout=900,
-                              cwd=os.path.dirname(__file__))
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        run_module_with_mock(__file__, host_accessible)
 else:
     import accelkit.backends.mock  # noqa: F401
     import torch
