@@ -212,7 +212,7 @@ def test_porting_guide_names_existing_checks():
     from accelkit.conformance.checks import load_all
 
     load_all()
-    guide = (Path(render.__file__).resolve().parent.parent / "docs" / "porting.md").read_text()
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "porting.md").read_text()
     areas = {check_id.split(".")[0] for check_id in CHECKS}
     pattern = "`((?:" + "|".join(sorted(areas)) + r")\.[a-z0-9_]+)`"
     cited = set(re.findall(pattern, guide))
