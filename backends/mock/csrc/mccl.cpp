@@ -91,6 +91,14 @@ void check_one_host(const c10::intrusive_ptr<::c10d::Store>& store, int rank, in
   bool one_host = true;
   for (const auto& h : hosts) one_host = one_host && h == hosts[0];
   if (one_host) return;
+  // Every rank is about to raise and may exit, and the store may live in one of them (rank 0's
+  // TCPStore): wait until every rank has read the host names, so none is left with "connection
+  // reset" instead of this message. Errors here only mean a peer has already gone; ignore them.
+  store->set(rank_key("hosts-read", rank), to_bytes("1"));
+  try {
+    wait_ranks(store, "hosts-read", all, rank, size, timeout);
+  } catch (const std::exception&) {
+  }
   std::ostringstream msg;
   msg << "mccl connects the ranks of one host through shared memory, but this group spans "
          "several hosts:";
