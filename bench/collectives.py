@@ -3,12 +3,14 @@
 One process group ``mock:mccl,cpu:gloo``: the same collective on mock tensors goes through mccl
 and on CPU tensors through gloo. all_reduce, all_gather and reduce_scatter from 8 B to 256 MiB
 (the size is the largest buffer: all_reduce's tensor, all_gather's output, reduce_scatter's
-input, as nccl-tests counts it). Prints latency and bus bandwidth per size (nccl-tests
+input, as nccl-tests counts it). Each size runs `--rounds` timed rounds in which mccl and gloo
+alternate; the median round is reported (the machine is shared: alternating exposes both to
+the same load, the median drops bursts). Prints latency and bus bandwidth per size (nccl-tests
 definitions: all_reduce busbw = size/time * 2(n-1)/n, the others size/time * (n-1)/n), the
 machine's memcpy bandwidth measured in the same run, and the targets (all_reduce busbw >= 2x
 gloo's at >= 1 MiB, 8 B latency <= gloo's). Saves a PNG plot and the raw numbers as JSON.
 
-    python bench/collectives.py [--out bench/results] [--max-mib 256] [--ranks 4]
+    python bench/collectives.py [--out bench/results] [--max-mib 256] [--ranks 4] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,14 +40,14 @@ def sizes(max_bytes: int, min_bytes: int = 8) -> list[int]:
 
 
 def iterations(nbytes: int) -> tuple[int, int]:
-    """(warmup, timed) iterations: many for small messages, few for large ones."""
+    """(warmup, timed per round) iterations: many for small messages, few for large ones."""
     if nbytes <= 64 << 10:
-        return 10, 50
+        return 10, 20
     if nbytes <= 4 * MIB:
-        return 2, 10
+        return 2, 5
     if nbytes <= 64 * MIB:
-        return 1, 3
-    return 1, 2
+        return 1, 2
+    return 1, 1
 
 
 def bus_factor(coll: str, n: int) -> float:
@@ -66,7 +69,8 @@ def memcpy_gbps() -> float:
     return src.numel() * 4 / min(times) / 1e9
 
 
-def run_collective(coll, nbytes, device, world):
+def make_op(coll, nbytes, device, world):
+    """The collective on fresh tensors of `device` (mock: mccl, cpu: gloo), and its size."""
     import torch
     import torch.distributed as dist
 
@@ -84,21 +88,35 @@ def run_collective(coll, nbytes, device, world):
     else:
         def op():
             dist.reduce_scatter_single(small, big)
+    return op, elems * 4
+
+
+def time_rounds(ops: dict, nbytes: int, rounds: int) -> dict:
+    """Seconds per call of each op, per round. The backends alternate within every round, so
+    a burst of load from other jobs on the machine hits both; the slowest rank defines a
+    round's time."""
+    import torch
+    import torch.distributed as dist
+
     warmup, timed = iterations(nbytes)
-    for _ in range(warmup):
-        op()
-    dist.all_reduce(torch.ones(1))  # line the ranks up (through gloo)
-    t0 = time.perf_counter()
-    for _ in range(timed):
-        op()
-    elapsed = (time.perf_counter() - t0) / timed
-    t = torch.tensor([elapsed], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the slowest rank defines the time
-    return t.item(), elems * 4
+    for op in ops.values():
+        for _ in range(warmup):
+            op()
+    seconds = {name: [] for name in ops}
+    for _ in range(rounds):
+        for name, op in ops.items():
+            dist.all_reduce(torch.ones(1))  # line the ranks up (through gloo)
+            t0 = time.perf_counter()
+            for _ in range(timed):
+                op()
+            t = torch.tensor([(time.perf_counter() - t0) / timed], dtype=torch.float64)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            seconds[name].append(t.item())
+    return seconds
 
 
 def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int, min_bytes: int,
-              collectives: list[str]) -> None:
+              collectives: list[str], rounds: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     import accelkit.backends.mock  # noqa: F401
     import torch
@@ -110,15 +128,20 @@ def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int, min_by
     rows = []
     for coll in collectives:
         for nbytes in sizes(max_bytes, min_bytes):
+            ops, actual = {}, 0
             for backend, device in (("mccl", torch.device("mock", rank)), ("gloo", "cpu")):
-                seconds, actual = run_collective(coll, nbytes, device, world)
+                ops[backend], actual = make_op(coll, nbytes, device, world)
+            for backend, per_round in time_rounds(ops, nbytes, rounds).items():
+                seconds = statistics.median(per_round)
                 algbw = actual / seconds / 1e9
                 rows.append({"collective": coll, "bytes": actual, "backend": backend,
-                             "seconds": seconds, "algbw_gbps": algbw,
-                             "busbw_gbps": algbw * bus_factor(coll, world)})
+                             "seconds": seconds, "rounds_seconds": per_round,
+                             "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(coll, world)})
                 if rank == 0:
-                    print(f"  {coll:15s} {human(actual):>8s} {backend}: {seconds * 1e6:12.1f} us",
+                    print(f"  {coll:15s} {human(actual):>8s} {backend}: {seconds * 1e6:12.1f} us "
+                          f"(rounds {min(per_round) * 1e6:.1f}..{max(per_round) * 1e6:.1f})",
                           file=sys.stderr, flush=True)
+            del ops
     mem = memcpy_gbps() if rank == 0 else 0.0
     dist.barrier()
     dist.destroy_process_group()
@@ -216,6 +239,8 @@ def main(argv=None) -> int:
     parser.add_argument("--max-mib", type=int, default=256)
     parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--ranks", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="timed rounds per size (mccl and gloo alternate); median reported")
     parser.add_argument("--collectives", default=",".join(COLLECTIVES),
                         help="comma-separated subset of " + ",".join(COLLECTIVES))
     args = parser.parse_args(argv)
@@ -233,7 +258,7 @@ def main(argv=None) -> int:
     start = time.monotonic()
     procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(args.ranks),
                                str(port), str(raw), str(args.max_mib * MIB), str(args.min_bytes),
-                               args.collectives], env=env)
+                               args.collectives, str(args.rounds)], env=env)
              for r in range(args.ranks)]
     codes = [p.wait() for p in procs]
     if any(codes):
@@ -251,6 +276,6 @@ def main(argv=None) -> int:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
         rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-                  int(sys.argv[6]), int(sys.argv[7]), sys.argv[8].split(","))
+                  int(sys.argv[6]), int(sys.argv[7]), sys.argv[8].split(","), int(sys.argv[9]))
     else:
         sys.exit(main())
