@@ -165,19 +165,12 @@ class ShmTransport : public accelkit::c10d::Transport {
   void broadcast(const CallInfo& call, void* buf) override {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
-    const int64_t per = static_cast<int64_t>(chunk_ / es);
     char* p = static_cast<char*>(buf);
-    int64_t off = 0;
-    bool first = true;
-    do {
-      const int64_t n = std::min(per, call.count - off);
+    rounds(call, static_cast<int64_t>(chunk_ / es), [&](int64_t off, int64_t n) {
       if (rank_ == call.root) std::memcpy(slot(call.root), p + off * es, n * es);
-      sync(call);
-      if (first) check_headers(call), first = false;
+    }, [&](int64_t off, int64_t n) {
       if (rank_ != call.root) std::memcpy(p + off * es, slot(call.root), n * es);
-      off += n;
-      flip();
-    } while (off < call.count);
+    });
   }
 
   void allreduce(const CallInfo& call, const void* in, void* out) override {
@@ -199,48 +192,32 @@ class ShmTransport : public accelkit::c10d::Transport {
   void reduce_scatter(const CallInfo& call, const void* in, void* out) override {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
-    const int64_t per = static_cast<int64_t>(chunk_ / (es * size_));
     const char* src = static_cast<const char*>(in);
     char* dst = static_cast<char*>(out);
     std::vector<const void*> parts(size_);
-    int64_t off = 0;
-    bool first = true;
-    do {
-      const int64_t n = std::min(per, call.count - off);
-      char* mine = slot(rank_);
+    rounds(call, static_cast<int64_t>(chunk_ / (es * size_)), [&](int64_t off, int64_t n) {
       for (int d = 0; d < size_; ++d) {
-        std::memcpy(mine + d * n * es, src + (d * call.count + off) * es, n * es);
+        std::memcpy(slot(rank_) + d * n * es, src + (d * call.count + off) * es, n * es);
       }
-      sync(call);
-      if (first) check_headers(call), first = false;
+    }, [&](int64_t off, int64_t n) {
       for (int r = 0; r < size_; ++r) parts[r] = slot(r) + rank_ * n * es;
       mccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
-      off += n;
-      flip();
-    } while (off < call.count);
+    });
   }
 
   void scatter(const CallInfo& call, const void* in, void* out) override {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
-    const int64_t per = static_cast<int64_t>(chunk_ / (es * size_));
     const char* src = static_cast<const char*>(in);
     char* dst = static_cast<char*>(out);
-    int64_t off = 0;
-    bool first = true;
-    do {
-      const int64_t n = std::min(per, call.count - off);
-      if (rank_ == call.root) {
-        for (int d = 0; d < size_; ++d) {
-          std::memcpy(slot(rank_) + d * n * es, src + (d * call.count + off) * es, n * es);
-        }
+    rounds(call, static_cast<int64_t>(chunk_ / (es * size_)), [&](int64_t off, int64_t n) {
+      if (rank_ != call.root) return;
+      for (int d = 0; d < size_; ++d) {
+        std::memcpy(slot(rank_) + d * n * es, src + (d * call.count + off) * es, n * es);
       }
-      sync(call);
-      if (first) check_headers(call), first = false;
+    }, [&](int64_t off, int64_t n) {
       std::memcpy(dst + off * es, slot(call.root) + rank_ * n * es, n * es);
-      off += n;
-      flip();
-    } while (off < call.count);
+    });
   }
 
   void alltoall(const CallInfo& call, const void* in, const std::vector<int64_t>& send_counts,
@@ -378,6 +355,26 @@ class ShmTransport : public accelkit::c10d::Transport {
     h.root = call.root;
   }
 
+  // Runs a collective of call.count elements (per rank) in rounds of at most `per`: fill(off,
+  // n) writes this rank's part of the round into the current slot set, every rank meets at
+  // the barrier (the first round's also checks the headers), then drain(off, n) reads what
+  // this rank needs; rounds alternate slot sets. A zero-element call still runs one round, so
+  // every rank checks the headers.
+  template <typename Fill, typename Drain>
+  void rounds(const CallInfo& call, int64_t per, Fill fill, Drain drain) {
+    int64_t off = 0;
+    bool first = true;
+    do {
+      const int64_t n = std::min(per, call.count - off);
+      fill(off, n);
+      sync(call);
+      if (first) check_headers(call), first = false;
+      drain(off, n);
+      off += n;
+      flip();
+    } while (off < call.count);
+  }
+
   // allreduce / reduce, pipelined with one barrier per round. Small rounds: every rank reduces
   // the whole round itself, straight into `out`. Large rounds: rank r reduces the r-th part
   // into the set's result slot; the result is copied out after the NEXT round's barrier (or a
@@ -385,7 +382,6 @@ class ShmTransport : public accelkit::c10d::Transport {
   void reduce_rounds(const CallInfo& call, const void* in, void* out, bool writes) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
-    const int64_t per = static_cast<int64_t>(chunk_ / es);
     const char* src = static_cast<const char*>(in);
     char* dst = static_cast<char*>(out);
     std::vector<const void*> parts(size_);
@@ -395,13 +391,9 @@ class ShmTransport : public accelkit::c10d::Transport {
       if (pending_off >= 0 && writes) std::memcpy(dst + pending_off * es, pending, pending_n * es);
       pending_off = -1;
     };
-    int64_t off = 0;
-    bool first = true;
-    do {
-      const int64_t n = std::min(per, call.count - off);
+    rounds(call, static_cast<int64_t>(chunk_ / es), [&](int64_t off, int64_t n) {
       std::memcpy(slot(rank_), src + off * es, n * es);
-      sync(call);
-      if (first) check_headers(call), first = false;
+    }, [&](int64_t off, int64_t n) {
       copy_pending();
       if (static_cast<size_t>(n) * es <= kDirectReduceBytes) {
         for (int r = 0; r < size_; ++r) parts[r] = slot(r);
@@ -416,9 +408,7 @@ class ShmTransport : public accelkit::c10d::Transport {
         pending_n = n;
         pending = result();
       }
-      off += n;
-      flip();
-    } while (off < call.count);
+    });
     if (pending_off >= 0) {
       sync(call);
       copy_pending();
@@ -428,24 +418,16 @@ class ShmTransport : public accelkit::c10d::Transport {
   void gather_rounds(const CallInfo& call, const void* in, void* out) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
-    const int64_t per = static_cast<int64_t>(chunk_ / es);
     const char* src = static_cast<const char*>(in);
     char* dst = static_cast<char*>(out);
-    int64_t off = 0;
-    bool first = true;
-    do {
-      const int64_t n = std::min(per, call.count - off);
+    rounds(call, static_cast<int64_t>(chunk_ / es), [&](int64_t off, int64_t n) {
       std::memcpy(slot(rank_), src + off * es, n * es);
-      sync(call);
-      if (first) check_headers(call), first = false;
-      if (dst) {
-        for (int r = 0; r < size_; ++r) {
-          std::memcpy(dst + (r * call.count + off) * es, slot(r), n * es);
-        }
+    }, [&](int64_t off, int64_t n) {
+      if (dst == nullptr) return;
+      for (int r = 0; r < size_; ++r) {
+        std::memcpy(dst + (r * call.count + off) * es, slot(r), n * es);
       }
-      off += n;
-      flip();
-    } while (off < call.count);
+    });
   }
 
   // The barrier: publish my epoch, ring the bell, wait for every rank's epoch.
