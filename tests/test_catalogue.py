@@ -217,3 +217,20 @@ def test_checks_catch_a_library_that_does_not_communicate(tmp_path):
     outcomes = {c["id"]: c["outcome"] for c in report["checks"]}
     assert outcomes == {"collectives.all_reduce_sum": "fail", "collectives.broadcast_every_root": "fail",
                         "devicemesh.mesh_1d": "fail", "collectives.reduce_scatter_single": "pass"}, outcomes
+
+
+def test_expect_raises_fails_when_nothing_or_the_wrong_message_is_raised():
+    from accelkit.conformance.checks._util import expect_raises
+
+    with expect_raises(ValueError, "bad", "input", what="parse") as raised:
+        raise ValueError("bad input")
+    assert raised.message == "bad input"
+    with pytest.raises(AssertionError, match="parse did not raise ValueError"):
+        with expect_raises(ValueError, what="parse"):
+            pass
+    with pytest.raises(AssertionError, match=r"parse raised ValueError without \['input'\]: bad"):
+        with expect_raises(ValueError, "input", what="parse"):
+            raise ValueError("bad")
+    with pytest.raises(KeyError):  # another exception type is not swallowed
+        with expect_raises(ValueError, what="parse"):
+            raise KeyError("x")

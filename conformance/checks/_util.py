@@ -68,6 +68,27 @@ def all_ranks_object(obj, group=None) -> list:
     return out
 
 
+class Raised:
+    """What ``expect_raises`` caught: the message, for checks beyond the fragments."""
+
+    message: str = ""
+
+
+@contextmanager
+def expect_raises(exc_type: type[BaseException], *fragments: str, what: str):
+    """The block must raise ``exc_type`` whose message contains every one of ``fragments``;
+    the failure says ``what`` did not. Yields a ``Raised`` holding the message."""
+    raised = Raised()
+    try:
+        yield raised
+    except exc_type as exc:
+        raised.message = str(exc)
+    else:
+        raise AssertionError(f"{what} did not raise {exc_type.__name__}")
+    missing = [f for f in fragments if f not in raised.message]
+    assert not missing, f"{what} raised {exc_type.__name__} without {missing}: {raised.message}"
+
+
 @contextmanager
 def shared_tmpdir(prefix: str = "accelkit-check-"):
     """A temporary directory whose path rank 0 chooses and broadcasts over the default group;

@@ -17,7 +17,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 from accelkit.conformance.api import check
-from accelkit.conformance.checks._util import assert_equal
+from accelkit.conformance.checks._util import assert_equal, expect_raises
 from torch.distributed.device_mesh import DeviceMesh, _mesh_resources
 
 
@@ -124,12 +124,8 @@ def slice_by_name(ctx):
         _assert_group(ctx, sub.get_group(), expected, f"mesh[{name!r}]")
     both = mesh["dp", "tp"]
     assert both.mesh.tolist() == mesh.mesh.tolist() and both.mesh_dim_names == ("dp", "tp")
-    try:
+    with expect_raises(KeyError, "pp", what='mesh["pp"] on a ("dp", "tp") mesh'):
         mesh["pp"]
-    except KeyError as exc:
-        assert "pp" in str(exc), f"KeyError does not name the unknown dim: {exc}"
-    else:
-        raise AssertionError('mesh["pp"] on a ("dp", "tp") mesh did not raise')
 
 
 @check("devicemesh.coordinate_local_rank")
@@ -180,12 +176,9 @@ def context_manager(ctx):
         assert _mesh_resources.get_current_mesh() is outer, "leaving the inner mesh lost the outer"
     assert len(_mesh_resources.mesh_stack) == depth
     if depth == 0:
-        try:
+        with expect_raises(RuntimeError, "No device mesh is currently active",
+                           what="get_current_mesh() after leaving every `with mesh:`"):
             _mesh_resources.get_current_mesh()
-        except RuntimeError as exc:
-            assert "No device mesh is currently active" in str(exc), str(exc)
-        else:
-            raise AssertionError("a current mesh is still set after leaving every `with mesh:`")
 
 
 _DEVICE_SELECTION_PROBE = r"""
@@ -322,13 +315,9 @@ def eager_init_split(ctx):
 def mesh_larger_than_world(ctx):
     """A mesh with more ranks than the world raises RuntimeError naming both sizes ("Mesh
     should not be bigger than default world size") (torch.distributed.device_mesh)."""
-    try:
+    with expect_raises(RuntimeError, "bigger than default world size", str(ctx.world_size),
+                       what=f"a mesh of {ctx.world_size * 2} ranks on a world of {ctx.world_size}"):
         ctx.mesh((ctx.world_size * 2,))
-    except RuntimeError as exc:
-        msg = str(exc)
-        assert "bigger than default world size" in msg and str(ctx.world_size) in msg, msg
-    else:
-        raise AssertionError(f"a mesh of {ctx.world_size * 2} ranks on a world of {ctx.world_size} built")
 
 
 @check("devicemesh.from_group")

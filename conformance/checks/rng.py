@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from accelkit.conformance.api import check
-from accelkit.conformance.checks._util import all_ranks_object, assert_equal
+from accelkit.conformance.checks._util import all_ranks_object, assert_equal, expect_raises
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, _random, distribute_tensor
@@ -67,12 +67,8 @@ def cpu_mesh_refused(ctx):
     naming "CUDA/CUDA-like/XPU" — why the rng checks are SKIPped, not failed, on the cpu
     backend (torch.distributed.tensor._random, PR 103235)."""
     mesh = DeviceMesh("cpu", list(range(ctx.world_size)))
-    try:
+    with expect_raises(RuntimeError, "CUDA/CUDA-like/XPU", what="OffsetBasedRNGTracker(cpu mesh)"):
         _random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
-    except RuntimeError as exc:
-        assert "CUDA/CUDA-like/XPU" in str(exc), str(exc)
-    else:
-        raise AssertionError("OffsetBasedRNGTracker accepted a cpu mesh")
 
 
 @check("rng.supported", requires=TRACKER)
@@ -125,12 +121,9 @@ def manual_seed_sync(ctx):
         _random.manual_seed(778, sub)
         assert _device_seed_offset(ctx)[0] == 778
     else:
-        try:
+        with expect_raises(RuntimeError, "part of the device mesh",
+                           what="manual_seed on a sub-mesh, on a non-member rank"):
             _random.manual_seed(778, sub)
-        except RuntimeError as exc:
-            assert "part of the device mesh" in str(exc), str(exc)
-        else:
-            raise AssertionError("manual_seed on a sub-mesh did not raise on a non-member rank")
 
 
 @check("rng.tracker_type", requires=TRACKER)

@@ -21,6 +21,7 @@ from accelkit.conformance.checks._util import (
     all_ranks_object,
     assert_close,
     assert_equal,
+    expect_raises,
     host_tensor,
 )
 from torch import nn
@@ -59,6 +60,20 @@ def _assert_grads(tp_model, ref_model, what, **tol):
 def _assert_params(tp_model, ref_model, what, **tol):
     for (name, p), (_, ref) in zip(tp_model.named_parameters(), ref_model.named_parameters(), strict=True):
         assert_close(_full(p.detach()), ref.detach(), f"{what}: {name}", **tol)
+
+
+def _assert_matches_reference(ctx, model, ref, x, what, loss, **tol):
+    """``model`` (parallelized, on the device) and ``ref`` (single-device) agree on input ``x``
+    (host) in the forward output, the input's gradient and every parameter's gradient of
+    ``loss(output)``."""
+    xd = x.to(ctx.device, copy=True).requires_grad_()
+    xr = x.clone().requires_grad_()
+    out, expected = model(xd), ref(xr)
+    assert_close(out, expected, f"{what} forward", **tol)
+    loss(out).backward()
+    loss(expected).backward()
+    assert_close(xd.grad, xr.grad, f"{what} input gradient", **tol)
+    _assert_grads(model, ref, what, **tol)
 
 
 def _pair(ctx, factory, seed):
@@ -124,15 +139,8 @@ def mlp(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     ref, model = _pair(ctx, MLP, 5)
     parallelize_module(model, mesh, MLP_PLAN)
-    x = host_tensor((4, 3, DIM), 6)
-    xd = x.to(ctx.device, copy=True).requires_grad_()
-    xr = x.clone().requires_grad_()
-    out, expected = model(xd), ref(xr)
-    assert_close(out, expected, "MLP forward")
-    out.pow(2).sum().backward()
-    expected.pow(2).sum().backward()
-    assert_close(xd.grad, xr.grad, "MLP input gradient")
-    _assert_grads(model, ref, "MLP")
+    _assert_matches_reference(ctx, model, ref, host_tensor((4, 3, DIM), 6), "MLP",
+                              lambda y: y.pow(2).sum())
 
 
 @check("tp.sequence_parallel")
@@ -351,12 +359,9 @@ def no_mesh_raises(ctx):
     RuntimeError "No device mesh is currently active!" and leaves the module unchanged
     (PR 134247: "mesh is still in fact required")."""
     module = nn.Linear(DIM, DIM).to(ctx.device)
-    try:
+    with expect_raises(RuntimeError, "No device mesh is currently active",
+                       what="parallelize_module without any mesh"):
         parallelize_module(module, parallelize_plan=ColwiseParallel())
-    except RuntimeError as exc:
-        assert "No device mesh is currently active" in str(exc), str(exc)
-    else:
-        raise AssertionError("parallelize_module without any mesh did not raise")
     assert not isinstance(module.weight, DTensor)
 
 
@@ -367,18 +372,11 @@ def nd_ambient_mesh(ctx):
     same length as device_mesh.ndim"); ``with mesh["tp"]:`` works (PR 134247 review: the user
     picks the intended mesh)."""
     mesh = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
-    errors = []
-    for how in ("ambient", "explicit"):
-        try:
-            if how == "ambient":
-                with mesh:
-                    parallelize_module(nn.Linear(DIM, DIM).to(ctx.device), parallelize_plan=ColwiseParallel())
-            else:
-                parallelize_module(nn.Linear(DIM, DIM).to(ctx.device), mesh, ColwiseParallel())
-        except ValueError as exc:
-            errors.append(str(exc))
-        else:
-            raise AssertionError(f"ColwiseParallel on a 2-D mesh ({how}) did not raise")
+    with expect_raises(ValueError, what="ColwiseParallel on a 2-D ambient mesh") as ambient, mesh:
+        parallelize_module(nn.Linear(DIM, DIM).to(ctx.device), parallelize_plan=ColwiseParallel())
+    with expect_raises(ValueError, what="ColwiseParallel on a 2-D mesh argument") as explicit:
+        parallelize_module(nn.Linear(DIM, DIM).to(ctx.device), mesh, ColwiseParallel())
+    errors = [ambient.message, explicit.message]
     assert errors[0] == errors[1] and "device_mesh.ndim" in errors[0], errors
     with mesh["tp"]:
         lin = parallelize_module(nn.Linear(DIM, DIM).to(ctx.device), parallelize_plan=ColwiseParallel())
@@ -418,15 +416,8 @@ def transformer_block(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     ref, block = _pair(ctx, Block, 17)
     parallelize_module(block, mesh, BLOCK_PLAN)
-    x = host_tensor((2, 5, DIM), 18)
-    xd = x.to(ctx.device, copy=True).requires_grad_()
-    xr = x.clone().requires_grad_()
-    out, expected = block(xd), ref(xr)
-    assert_close(out, expected, "block forward", atol=1e-4, rtol=1e-4)
-    out.pow(2).mean().backward()
-    expected.pow(2).mean().backward()
-    assert_close(xd.grad, xr.grad, "block input gradient", atol=1e-4, rtol=1e-4)
-    _assert_grads(block, ref, "block", atol=1e-4, rtol=1e-4)
+    _assert_matches_reference(ctx, block, ref, host_tensor((2, 5, DIM), 18), "block",
+                              lambda y: y.pow(2).mean(), atol=1e-4, rtol=1e-4)
 
 
 def _dropout_region(ctx, mesh, seed):
