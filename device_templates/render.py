@@ -192,7 +192,7 @@ def _check_collective_name(cname: str, name: str) -> None:
 #: Every C++ file of ``csrc/`` is taken, so a file the mock adds comes along.
 MOCK_SOURCES: tuple[tuple[str, str], ...] = (
     ("csrc/*", "csrc"),
-    ("mccl.py", "${package}"),
+    ("mccl.py", "src/${package}"),
 )
 
 #: Top-level functions (and the docstring, ``__doc__``) of rendered Python modules replaced by
@@ -301,9 +301,34 @@ def _extension_mapping(names: Names) -> dict[str, str]:
     return mapping
 
 
+def _requirement_mapping() -> dict[str, str]:
+    """What the generated tox.ini installs: ``${torch_requirement}``, the torch ``accelkit new``
+    runs with (an unpinned ``torch`` may pull another, multi-GB build, and the C++ is tied to
+    torch's ABI), and ``${accelkit_requirement}``: this accelkit's source tree when it is
+    installed from one (not released yet, or a fork), else this version."""
+    import importlib.metadata
+
+    import torch
+
+    import accelkit
+
+    dist = importlib.metadata.distribution("accelkit")
+    source = None
+    direct = json.loads(dist.read_text("direct_url.json") or "{}")
+    if "dir_info" in direct:
+        source = direct["url"]
+    else:  # a `setup.py develop` install records nothing: src/accelkit/ under the checkout
+        root = Path(accelkit.__file__).resolve().parents[2]
+        if (root / "pyproject.toml").is_file() and (root / "src" / "accelkit").is_dir():
+            source = root.as_uri()
+    return {"torch_requirement": f"torch=={torch.__version__.split('+')[0]}",
+            "accelkit_requirement": f"accelkit @ {source}" if source
+            else f"accelkit=={dist.version}"}
+
+
 def _template_files(names: Names) -> dict[str, str]:
     files: dict[str, str] = {}
-    mapping = {**names.mapping(), **_extension_mapping(names)}
+    mapping = {**names.mapping(), **_extension_mapping(names), **_requirement_mapping()}
     for path in sorted(p for p in TEMPLATE_DIR.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts:
             continue

@@ -16,14 +16,15 @@ TESTS = Path(__file__).resolve().parent
 
 
 def run_python(code: str, *args: str, timeout: float = 120, path: tuple[str, ...] = (),
-               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run ``code`` (dedented) with ``tests/`` and ``path`` importable and torch's backend
-    autoload off unless ``env`` turns it on; returns the finished process."""
+               env: dict[str, str] | None = None, cwd: Path = TESTS) -> subprocess.CompletedProcess:
+    """Run ``code`` (dedented) in ``cwd`` (importable first, as for any ``python -c``) with
+    ``tests/`` and ``path`` importable and torch's backend autoload off unless ``env`` turns
+    it on; returns the finished process."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
            "PYTHONPATH": os.pathsep.join([str(TESTS), *path, os.environ.get("PYTHONPATH", "")]),
            **(env or {})}
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=TESTS)
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
 
 
 def json_result(proc: subprocess.CompletedProcess) -> dict:

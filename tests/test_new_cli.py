@@ -118,8 +118,8 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
         "csrc/demo_device.cpp", "csrc/demo_runtime.h", "csrc/democcl.cpp",
         "csrc/democcl_reduce.h", "csrc/democcl_shm.h",
         "pyproject.toml", "setup.py",
-        "torch_demo/__init__.py", "torch_demo/conformance_expectations.toml",
-        "torch_demo/democcl.py", "torch_demo_spec.py", "tox.ini"]
+        "src/torch_demo/__init__.py", "src/torch_demo/conformance_expectations.toml",
+        "src/torch_demo/democcl.py", "src/torch_demo_spec.py", "tox.ini"]
 
 
 def test_rendered_package(tmp_path, capsys):
@@ -137,15 +137,15 @@ def test_rendered_package(tmp_path, capsys):
     for rel in ("csrc/demo_runtime.h", "csrc/demo_device.cpp", "csrc/dccl.cpp",
                 "csrc/dccl_shm.h", "csrc/dccl_reduce.h"):
         assert not re.search("(?i)mock|mccl", texts[rel]), rel
-    assert not re.search("(?i)mock|mccl", texts["torch_demo/dccl.py"].split('"""', 2)[2])
+    assert not re.search("(?i)mock|mccl", texts["src/torch_demo/dccl.py"].split('"""', 2)[2])
     assert "class DemoRuntime final : public accelkit::Runtime" in texts["csrc/demo_runtime.h"]
     assert 'std::getenv("DEMO_DEVICES")' in texts["csrc/demo_runtime.h"]
     assert '#include "demo_runtime.h"' in texts["csrc/demo_device.cpp"]
     assert "#include <accelkit/device.h>" in texts["csrc/demo_device.cpp"]
     assert "#include <accelkit/c10d/backend.h>" in texts["csrc/dccl.cpp"]
     assert '"/dccl_"' in texts["csrc/dccl.cpp"]  # the /dev/shm segment prefix
-    assert "from torch_demo import _dccl" in texts["torch_demo/dccl.py"]
-    assert "load_extension" not in texts["torch_demo/dccl.py"]
+    assert "from torch_demo import _dccl" in texts["src/torch_demo/dccl.py"]
+    assert "load_extension" not in texts["src/torch_demo/dccl.py"]
     # accelkit's C++ layer and device-module builder are used, not copied.
     copied = {Path(rel).name for rel in texts} & {p.name for p in CORE_HEADERS.rglob("*.h")}
     assert not copied
@@ -153,7 +153,7 @@ def test_rendered_package(tmp_path, capsys):
     assert "INCLUDE_DIRS = [include_dir()]" in texts["setup.py"]
     assert "CppExtension(\"torch_demo._C\", [\"csrc/demo_device.cpp\"]" in texts["setup.py"]
     assert "CppExtension(\"torch_demo._dccl\", [\"csrc/dccl.cpp\"]" in texts["setup.py"]
-    init = texts["torch_demo/__init__.py"]
+    init = texts["src/torch_demo/__init__.py"]
     assert "device_module = build_device_module(DEVICE_NAME, _C)" in init
     assert 'COLLECTIVE_BACKEND = "dccl"' in init
     assert "creator=dccl.create_backend" in init
@@ -169,12 +169,34 @@ def test_rendered_package(tmp_path, capsys):
     assert "pip install --no-build-isolation ." in texts["README.md"]
 
 
+def test_tox_env_installs_this_torch_and_this_accelkit(tmp_path, capsys):
+    """An unpinned torch would pull another (multi-GB) build, and accelkit may be unreleased:
+    the generated tox.ini pins the torch accelkit new ran with and points at this accelkit."""
+    import configparser
+    import importlib.metadata
+    from urllib.parse import urlparse
+
+    import torch
+
+    dest = tmp_path / "pkg"
+    assert _new(capsys, "demo", "--dir", str(dest))[0] == 0
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(dest / "tox.ini")
+    deps = [line.strip() for line in cfg["testenv:conformance"]["deps"].splitlines() if line.strip()]
+    assert deps[0] == f"torch=={torch.__version__.split('+')[0]}", deps
+    if deps[1].startswith("accelkit @ "):
+        source = Path(urlparse(deps[1].removeprefix("accelkit @ ")).path)
+        assert (source / "pyproject.toml").is_file() and (source / "src" / "accelkit").is_dir(), deps
+    else:
+        assert deps[1] == f"accelkit=={importlib.metadata.version('accelkit')}", deps
+
+
 def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
     from accelkit.conformance.expectations import load
 
     code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
     assert code == 0, err
-    path = tmp_path / "pkg" / "torch_demo" / "conformance_expectations.toml"
+    path = tmp_path / "pkg" / "src" / "torch_demo" / "conformance_expectations.toml"
     assert tomllib.loads(path.read_text()) == {}
     assert load(path, set(), "2.13.0") == {}
 
@@ -187,7 +209,7 @@ def test_name_containing_mock_renders_once(tmp_path, capsys):
     runtime = (tmp_path / "pkg" / "csrc" / "mockup_runtime.h").read_text()
     assert "namespace torch_mockup {" in runtime
     assert "mockupup" not in runtime
-    assert (tmp_path / "pkg" / "torch_mockup" / "mockupccl.py").exists()
+    assert (tmp_path / "pkg" / "src" / "torch_mockup" / "mockupccl.py").exists()
 
 
 def test_uncovered_mock_name_stops_rendering():

@@ -81,6 +81,18 @@ def test_import_torch_autoloads_demo(demo):
         "same_seed_same_numbers": True, "rng_state_bytes": 16, "ccl": "democcl"}
 
 
+def test_autoload_works_from_the_package_folder(demo):
+    """A vendor runs Python (and `tox -e conformance`) from their package's folder: the src/
+    layout keeps the unbuilt sources there from shadowing the installed, compiled package."""
+    proc = run_python("""
+        import json, torch
+        print(json.dumps({"count": torch.demo.device_count()}))
+    """, path=(str(demo["site"]),), env={"TORCH_DEVICE_BACKEND_AUTOLOAD": "1",
+                                         "ACCELKIT_AUTOLOAD": ""},
+        cwd=demo["root"] / "torch_demo")
+    assert json_result(proc)["count"] == 8
+
+
 def test_spec_imports_without_registering(demo):
     """Listing backends imports torch_demo_spec, which must not claim PrivateUse1."""
     proc = run_python("""
