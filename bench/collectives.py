@@ -40,14 +40,10 @@ def sizes(max_bytes: int, min_bytes: int = 8) -> list[int]:
 
 
 def iterations(nbytes: int) -> tuple[int, int]:
-    """(warmup, timed per round) iterations: many for small messages, few for large ones."""
-    if nbytes <= 64 << 10:
-        return 10, 20
-    if nbytes <= 4 * MIB:
-        return 2, 5
-    if nbytes <= 64 * MIB:
-        return 1, 2
-    return 1, 1
+    """(warmup, timed per round) iterations: a round moves about 32 MiB (20 calls at most), so
+    one descheduling of a rank weighs about as much at every size."""
+    timed = max(1, min(20, 32 * MIB // max(nbytes, 1)))
+    return max(1, min(10, timed // 2)), timed
 
 
 def bus_factor(coll: str, n: int) -> float:
