@@ -22,12 +22,17 @@ from conftest import json_result, run_python
 
 from accelkit.cli import main
 
+#: The generated package's collective library: a name of the vendor's own, not the default.
+CCL = "demoxccl"
+
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> dict:
     """Render torch_demo and install it into ``<tmp>/site``; the paths and the build time."""
     root = tmp_path_factory.mktemp("demo")
-    assert main(["new", "demo", "--dir", str(root / "torch_demo")]) == 0
+    # A collective library name of the vendor's own (not the default "democcl"), so the build
+    # proves --collective-backend renders into code that compiles and registers.
+    assert main(["new", "demo", "--dir", str(root / "torch_demo"), "--collective-backend", CCL]) == 0
     site = root / "site"
     start = time.monotonic()
     proc = subprocess.run(
@@ -78,7 +83,7 @@ def test_import_torch_autoloads_demo(demo):
     assert json_result(proc) == {
         "loaded": True, "owner": "demo", "count": 8, "device": "demo:1", "is_demo": True,
         "parsed": "demo:1", "y": [1.0, 3.0, 5.0, 7.0, 9.0, 11.0],
-        "same_seed_same_numbers": True, "rng_state_bytes": 16, "ccl": "democcl"}
+        "same_seed_same_numbers": True, "rng_state_bytes": 16, "ccl": CCL}
 
 
 def test_autoload_works_from_the_package_folder(demo):
@@ -110,7 +115,7 @@ def test_spec_imports_without_registering(demo):
     assert result["owner"] == "privateuseone"
     assert result["origin"] == ("entry point 'demo' = 'torch_demo_spec:SPEC' of distribution "
                                 "'torch_demo'")
-    assert result["pg"] == "demo:democcl,cpu:gloo"
+    assert result["pg"] == f"demo:{CCL},cpu:gloo"
     assert result["rng"] == "offset-exact"
     assert result["expectations"] is True
 
@@ -119,7 +124,7 @@ def test_doctor_demo(demo):
     proc = subprocess.run([sys.executable, "-m", "accelkit", "doctor", "demo"],
                           capture_output=True, text=True, timeout=300, env=_env(demo["site"]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "backend 'demo': device 'demo', collectives 'demo:democcl,cpu:gloo'" in proc.stdout
+    assert f"backend 'demo': device 'demo', collectives 'demo:{CCL},cpu:gloo'" in proc.stdout
 
 
 def _conformance(backend: str, site: Path | None, report_dir: Path, *argv: str,
@@ -153,8 +158,8 @@ def test_conformance_demo_passes_what_mock_passes(demo, tmp_path):
     outcomes = {c["id"]: c["outcome"] for c in ours["checks"]}
     assert outcomes, "no check ran on demo"
     print(f"\ndemo conformance: {ours['summary']} in {ours['duration_s']:.0f} s", file=sys.stderr)
-    leaked = sorted(Path("/dev/shm").glob("democcl_*"))
-    assert not leaked, f"democcl left shared-memory segments: {leaked}"
+    leaked = sorted(Path("/dev/shm").glob(f"{CCL}_*"))
+    assert not leaked, f"{CCL} left shared-memory segments: {leaked}"
     others = {i: o for i, o in outcomes.items() if o != "pass"}
     if not others:
         return
