@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core.spec import REQUIREMENTS
@@ -40,6 +40,20 @@ class CheckDef:
     requires: tuple[str, ...] = ()
     timeout: float | None = None
     doc: str = ""
+    #: Other world sizes the check is written and verified for (``--world-size N`` runs it there).
+    also_at: tuple[int, ...] = ()
+
+    @property
+    def world_sizes(self) -> tuple[int, ...]:
+        """Every world size the check runs at; the first is its default."""
+        return (self.world_size, *self.also_at)
+
+    def at(self, world_size: int) -> CheckDef:
+        """This check to be run on ``world_size`` ranks (one of :attr:`world_sizes`)."""
+        if world_size not in self.world_sizes:
+            raise ValueError(f"check {self.id!r} is written for world sizes {list(self.world_sizes)}, "
+                             f"not {world_size}")
+        return replace(self, world_size=world_size)
 
     @property
     def area(self) -> str:
@@ -62,10 +76,14 @@ class CheckDef:
 CHECKS: dict[str, CheckDef] = {}
 
 
-def check(id: str, *, world_size: int = 4, requires: tuple[str, ...] | list[str] = (),
+def check(id: str, *, world_size: int = 4, also_at: tuple[int, ...] = (),
+          requires: tuple[str, ...] | list[str] = (),
           timeout: float | None = None) -> Callable[[Callable], Callable]:
     """Register ``fn`` as the check ``id`` (``area.name``) run on ``world_size`` ranks.
 
+    ``also_at`` lists other world sizes the check is written for (it reads
+    ``ctx.world_size``) and has been verified at: ``--world-size N`` and a torchrun launch of N
+    ranks run it there, so a machine with 2 devices or a launch of 8 ranks still gets a report.
     ``requires`` names capabilities from :data:`accelkit.core.spec.REQUIREMENTS`; a backend
     lacking one gets SKIP with the reason. ``timeout`` overrides the run's per-check budget.
     """
@@ -75,8 +93,9 @@ def check(id: str, *, world_size: int = 4, requires: tuple[str, ...] | list[str]
     if unknown:
         raise ValueError(f"check {id!r} requires unknown capabilities {unknown}; "
                          f"known: {', '.join(REQUIREMENTS)}")
-    if world_size < 1:
-        raise ValueError(f"check {id!r}: world_size must be >= 1, got {world_size}")
+    if world_size < 1 or any(n < 1 for n in also_at) or world_size in also_at:
+        raise ValueError(f"check {id!r}: world sizes must be >= 1 and also_at must not repeat "
+                         f"world_size, got world_size={world_size}, also_at={also_at}")
 
     def decorate(fn: Callable) -> Callable:
         doc = inspect.getdoc(fn) or ""
@@ -88,7 +107,7 @@ def check(id: str, *, world_size: int = 4, requires: tuple[str, ...] | list[str]
             raise ValueError(f"check id {id!r} defined twice: {existing.module}.{existing.qualname} "
                              f"and {fn.__module__}.{fn.__qualname__}")
         CHECKS[id] = CheckDef(id=id, fn=fn, world_size=world_size, requires=tuple(requires),
-                              timeout=timeout, doc=doc)
+                              timeout=timeout, doc=doc, also_at=tuple(also_at))
         return fn
 
     return decorate

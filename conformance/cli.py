@@ -62,7 +62,8 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_selection_arguments(parser)
     parser.add_argument("--world-size", type=int, metavar="N",
-                        help="only checks written for N ranks (default: every size)")
+                        help="only checks written for N ranks, run on N ranks (default: every "
+                             "check at its own size; many are also written for 2 and 8)")
     parser.add_argument("--memory-limit", type=int, metavar="MIB", dest="memory_limit_mb",
                         help="let each rank grow its data segment by at most MIB beyond its "
                              "start-up size (RLIMIT_DATA); a check exceeding it gets "
@@ -117,7 +118,7 @@ def _nothing_selected(args, world_size, checks: dict[str, CheckDef]) -> str:
     parts = [f"area {a}" for a in args.area] + [f"-k {p}" for p in args.patterns]
     if world_size is not None:
         parts.append(f"world size {world_size}")
-    sizes = sorted({c.world_size for c in checks.values()})
+    sizes = sorted({n for c in checks.values() for n in c.world_sizes})
     return (f"no check matches {', '.join(parts) or 'anything'} "
             f"({len(checks)} checks known, world sizes {sizes}); try --list without filters")
 
@@ -128,7 +129,9 @@ def _print_list(selected: list[CheckDef], expectations: dict) -> None:
         extra = f" requires={','.join(c.requires)}" if c.requires else ""
         exp = expectations.get(c.id)
         note = f"  [expected {exp.status}: {exp.reason}]" if exp else ""
-        print(f"{c.id}  ws={c.world_size}{extra}  {doc}{note}")
+        also = [n for n in c.world_sizes if n != c.world_size]
+        sizes = f" (also {','.join(map(str, also))})" if also else ""
+        print(f"{c.id}  ws={c.world_size}{sizes}{extra}  {doc}{note}")
     print(f"{len(selected)} check(s)")
 
 

@@ -62,3 +62,22 @@ def test_checks_for_another_world_size_are_skipped(tmp_path):
     assert checks["fixture.all_reduce"]["reason"].startswith(
         "written for 4 ranks; this launch has 2")
     assert report["aborted"] is None
+
+
+def test_catalogue_checks_written_for_the_launch_size_run_at_it(tmp_path):
+    """A 2-rank launch runs the catalogue checks that are also written for 2 ranks, on 2 ranks;
+    one tied to 4 ranks is SKIPped naming its size."""
+    env, marker = engine_env.new_env()
+    torchrun = shutil.which("torchrun") or "torchrun"
+    proc = engine_env.run(
+        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
+         "--backend", "cpu", "-k", "collectives.all_reduce_sum", "-k", "collectives.subgroup_half",
+         "--report-dir", str(tmp_path)], env=env, timeout=300)
+    assert engine_env.marked_processes(marker) == []
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    checks = {c["id"]: c for c in json.loads((tmp_path / "report.json").read_text())["checks"]}
+    summed = checks["collectives.all_reduce_sum"]
+    assert (summed["outcome"], summed["world_size"], len(summed["ranks"])) == ("pass", 2, 2)
+    half = checks["collectives.subgroup_half"]
+    assert half["outcome"] == "skip"
+    assert half["reason"].startswith("written for 4 ranks; this launch has 2"), half["reason"]

@@ -34,8 +34,8 @@ def test_merge_worst_rank_wins(statuses, outcome, reason):
     assert merge(_ranks(*statuses)) == (outcome, reason)
 
 
-def _def(cid, ws=4):
-    return CheckDef(id=cid, fn=lambda ctx: None, world_size=ws, doc="d")
+def _def(cid, ws=4, also_at=()):
+    return CheckDef(id=cid, fn=lambda ctx: None, world_size=ws, doc="d", also_at=also_at)
 
 
 def test_select_by_area_substring_glob_and_world_size():
@@ -50,6 +50,28 @@ def test_select_by_area_substring_glob_and_world_size():
     assert ids(loader.select(checks, patterns=["*.one"])) == ["dtensor.one", "mesh.one"]
     assert ids(loader.select(checks, patterns=["all_red*"])) == []  # a glob matches the whole id
     assert ids(loader.select(checks, world_size=2)) == ["mesh.two"]
+
+
+def test_select_runs_a_check_at_a_world_size_it_is_also_written_for():
+    checks = {c.id: c for c in [_def("a.fixed"), _def("a.scales", also_at=(2, 8)),
+                                _def("a.only8", 8)]}
+    at2 = loader.select(checks, world_size=2)
+    assert [(c.id, c.world_size) for c in at2] == [("a.scales", 2)]
+    at8 = loader.select(checks, world_size=8)
+    assert [(c.id, c.world_size) for c in at8] == [("a.scales", 8), ("a.only8", 8)]
+    # without --world-size every check runs at its own default size
+    assert [(c.id, c.world_size) for c in loader.select(checks)] == [
+        ("a.fixed", 4), ("a.scales", 4), ("a.only8", 8)]
+    with pytest.raises(ValueError, match=r"'a.fixed' is written for world sizes \[4\], not 2"):
+        checks["a.fixed"].at(2)
+
+
+def test_check_decorator_rejects_bad_world_sizes():
+    from accelkit.conformance.api import check
+
+    for kwargs in ({"world_size": 0}, {"also_at": (0,)}, {"world_size": 4, "also_at": (4,)}):
+        with pytest.raises(ValueError, match="world sizes must be >= 1"):
+            check("x.bad", **kwargs)
 
 
 def test_import_module_errors_name_the_module(tmp_path):

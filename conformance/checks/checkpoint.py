@@ -14,6 +14,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from accelkit.conformance.api import check
 from accelkit.conformance.checks._util import (
+    ALSO_AT,
     assert_equal,
     assert_on_device,
     host_tensor,
@@ -51,7 +52,7 @@ def _load_weight_as(ctx, path, mesh, placements):
     return loaded
 
 
-@check("checkpoint.sharded_roundtrip")
+@check("checkpoint.sharded_roundtrip", also_at=ALSO_AT)
 def sharded_roundtrip(ctx):
     """dcp.save of a sharded state dict (a Shard(0) DTensor, a Replicate DTensor, a plain device
     tensor) and dcp.load into zeroed tensors of the same layout restore every value bitwise,
@@ -73,7 +74,7 @@ def sharded_roundtrip(ctx):
     assert_equal(target["plain"], plain, "plain tensor")
 
 
-@check("checkpoint.reshard_shard1")
+@check("checkpoint.reshard_shard1", also_at=(2,))
 def reshard_shard1(ctx):
     """A checkpoint saved as Shard(0) over the ranks loads into a Shard(1) DTensor: each rank
     gets its column block of the saved tensor (torch.distributed.checkpoint.load reshards on load)."""
@@ -84,7 +85,7 @@ def reshard_shard1(ctx):
     assert_equal(loaded.to_local(), weight.chunk(ctx.world_size, 1)[ctx.rank], "Shard(1) local block")
 
 
-@check("checkpoint.reshard_replicate")
+@check("checkpoint.reshard_replicate", also_at=ALSO_AT)
 def reshard_replicate(ctx):
     """A checkpoint saved as Shard(0) loads into a Replicate DTensor: every rank gets the whole
     saved tensor (torch.distributed.checkpoint.load reshards on load)."""
@@ -95,7 +96,7 @@ def reshard_replicate(ctx):
     assert_equal(loaded.to_local(), weight, "Replicate local tensor")
 
 
-@check("checkpoint.reshard_2d")
+@check("checkpoint.reshard_2d", also_at=ALSO_AT)
 def reshard_2d(ctx):
     """A checkpoint saved as Shard(0) on a 1-D mesh loads into [Shard(0), Shard(1)] and into
     [Replicate(), Shard(0)] on a 2-D (dp, tp) mesh, each rank getting its block (DCP
@@ -115,7 +116,7 @@ def reshard_2d(ctx):
             assert_equal(loaded.to_local(), block, f"local block loaded as {placements}")
 
 
-@check("checkpoint.tp_model_roundtrip")
+@check("checkpoint.tp_model_roundtrip", also_at=ALSO_AT)
 def tp_model_roundtrip(ctx):
     """A tensor-parallel MLP (Colwise -> Rowwise) and its AdamW state, saved with
     get_state_dict + dcp.save and loaded with dcp.load + set_state_dict into a differently

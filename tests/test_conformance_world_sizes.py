@@ -1,0 +1,30 @@
+"""The catalogue on the mock at the other world sizes it declares (``also_at``): every check
+written for 2 ranks passes on 2, every one written for 8 passes on 8, each run at that size.
+This keeps the ``also_at`` declarations true (issue #3: ``--world-size``; a 2-device machine
+and an 8-rank torchrun launch get a report). About 25 s and 70 s here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from accelkit.conformance import loader
+
+
+@pytest.mark.parametrize("world_size", [2, 8])
+def test_mock_passes_every_check_written_for_the_world_size(world_size, tmp_path):
+    expected = {c.id for c in loader.select(loader.load([]), world_size=world_size)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
+         "--world-size", str(world_size), "--report-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=900,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    checks = json.loads((tmp_path / "report.json").read_text())["checks"]
+    assert {c["id"] for c in checks} == expected
+    assert all(c["world_size"] == world_size and len(c["ranks"]) == world_size for c in checks)
+    failed = {c["id"]: c["reason"] for c in checks if c["outcome"] != "pass"}
+    assert not failed, failed
