@@ -187,6 +187,10 @@ class Runner:
             return Outcome.SKIP, missing
         too_big = self._world_size_problem(check.world_size)
         if too_big:
+            fits = [n for n in check.also_at
+                    if n < check.world_size and not self._world_size_problem(n)]
+            if fits:  # a machine with fewer devices: say how to run it anyway
+                too_big += f"; --world-size {max(fits)} runs it on {max(fits)} ranks"
             return Outcome.SKIP, too_big
         if check.world_size in self._start_errors:
             return Outcome.ERROR, (f"worker pool of {check.world_size} ranks failed to start: "

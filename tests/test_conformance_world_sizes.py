@@ -28,3 +28,20 @@ def test_mock_passes_every_check_written_for_the_world_size(world_size, tmp_path
     assert all(c["world_size"] == world_size and len(c["ranks"]) == world_size for c in checks)
     failed = {c["id"]: c["reason"] for c in checks if c["outcome"] != "pass"}
     assert not failed, failed
+
+
+def test_too_few_devices_skip_names_the_world_size_that_fits(tmp_path):
+    """With 2 devices, a default run SKIPs the 4-rank checks and says --world-size 2 runs them;
+    a check not written for 2 ranks gets no such hint."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
+         "-k", "collectives.all_reduce_sum", "-k", "collectives.subgroup_half",
+         "--report-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "ACCELKIT_MOCK_DEVICES": "2", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    checks = {c["id"]: c for c in json.loads((tmp_path / "report.json").read_text())["checks"]}
+    assert checks["collectives.all_reduce_sum"]["outcome"] == "skip"
+    assert checks["collectives.all_reduce_sum"]["reason"] == (
+        "4 devices needed, 2 present; --world-size 2 runs it on 2 ranks")
+    assert checks["collectives.subgroup_half"]["reason"] == "4 devices needed, 2 present"
