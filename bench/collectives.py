@@ -240,6 +240,9 @@ def main(argv=None) -> int:
     parser.add_argument("--collectives", default=",".join(COLLECTIVES),
                         help="comma-separated subset of " + ",".join(COLLECTIVES))
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1 (the median of the rounds is reported), "
+                     f"got {args.rounds}")
     import subprocess
 
     # Build the extensions once here, not in every rank at the same time.

@@ -49,11 +49,13 @@ class CheckDef:
         return (self.world_size, *self.also_at)
 
     def at(self, world_size: int) -> CheckDef:
-        """This check to be run on ``world_size`` ranks (one of :attr:`world_sizes`)."""
+        """This check to be run on ``world_size`` ranks (one of :attr:`world_sizes`, which it
+        keeps: the others become ``also_at``)."""
         if world_size not in self.world_sizes:
             raise ValueError(f"check {self.id!r} is written for world sizes {list(self.world_sizes)}, "
                              f"not {world_size}")
-        return replace(self, world_size=world_size)
+        others = tuple(n for n in self.world_sizes if n != world_size)
+        return replace(self, world_size=world_size, also_at=others)
 
     @property
     def area(self) -> str:

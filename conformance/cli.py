@@ -129,8 +129,7 @@ def _print_list(selected: list[CheckDef], expectations: dict) -> None:
         extra = f" requires={','.join(c.requires)}" if c.requires else ""
         exp = expectations.get(c.id)
         note = f"  [expected {exp.status}: {exp.reason}]" if exp else ""
-        also = [n for n in c.world_sizes if n != c.world_size]
-        sizes = f" (also {','.join(map(str, also))})" if also else ""
+        sizes = f" (also {','.join(map(str, c.also_at))})" if c.also_at else ""
         print(f"{c.id}  ws={c.world_size}{sizes}{extra}  {doc}{note}")
     print(f"{len(selected)} check(s)")
 

@@ -11,9 +11,10 @@
 // round k+1's barrier, that is after everybody finished reading set k. The per-call header
 // (kind, dtype, count, op, root, seq) is written before the first barrier and checked by
 // every rank after it: a mismatch raises on all ranks before any data is used.
-// Barriers: each rank publishes an epoch; waiters spin briefly, yield the core, then sleep on a futex in the
-// segment (a shared "bell" every arrival rings), waking at least every 50 ms to check the
-// deadline, a peer process that died (/proc/<pid>/stat), and a group aborted by another rank.
+// Barriers: each rank publishes an epoch; waiters spin briefly, yield the core, then sleep on
+// a futex in the segment (a shared "bell" every arrival rings), waking at least every 50 ms to
+// check the deadline, a peer process that died (/proc/<pid>/stat), and a group aborted by
+// another rank.
 #pragma once
 
 #include <linux/futex.h>
@@ -379,9 +380,10 @@ class ShmTransport : public accelkit::c10d::Transport {
 
   // allreduce / reduce, pipelined with one barrier per round. Small rounds: every rank reduces
   // the whole round itself, straight into `out`. Large rounds: rank r reduces the r-th part
-  // (its own share read straight from `in`, only the peers' shares staged: 10-20 % faster
-  // from 8 MiB up than staging all of it) into the set's result slot; the result is copied out after the NEXT round's barrier (or a
-  // final one), which every rank passes only once all parts are reduced.
+  // (its own share read straight from `in`, only the peers' shares staged: 5-20 % faster
+  // from 8 MiB up than staging all of it) into the set's result slot; the result is copied
+  // out after the NEXT round's barrier (or a final one), which every rank passes only once
+  // all parts are reduced.
   void reduce_rounds(const CallInfo& call, const void* in, void* out, bool writes) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
@@ -467,8 +469,8 @@ class ShmTransport : public accelkit::c10d::Transport {
     if (ctl_->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&ctl_->bell);
   }
 
-  // Wait until ready(): spin a little, yield the core a while, then sleep on the bell. Raises on the
-  // deadline, on a dead peer among missing(), and when another rank aborted the group.
+  // Wait until ready(): spin a little, yield the core a while, then sleep on the bell. Raises
+  // on the deadline, on a dead peer among missing(), and when another rank aborted the group.
   template <typename Ready, typename Missing>
   void wait_for(const CallInfo& call, const Deadline& deadline, Ready ready, Missing missing,
                 const char* action) {
