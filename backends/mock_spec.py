@@ -10,17 +10,17 @@ from accelkit.core.spec import BackendSpec, Capabilities
 _CSRC = Path(__file__).resolve().parent / "mock" / "csrc"
 
 #: The mock's two C++ extensions, as keyword arguments of ``accelkit.core.load_extension``:
-#: the device (accelkit's C++ layer over the host-memory runtime) and mccl (its collectives).
+#: the device (accelkit's C++ layer over the host-memory runtime) and mockccl (its collectives).
 EXTENSIONS: dict[str, dict] = {
     "device": {"name": "accelkit_mock_C", "sources": [_CSRC / "mock_device.cpp"],
                "include_dirs": [str(_CSRC)], "cflags": ["-O3", "-std=c++20"]},
-    "mccl": {"name": "accelkit_mock_mccl", "sources": [_CSRC / "mccl.cpp"],
+    "mockccl": {"name": "accelkit_mock_mockccl", "sources": [_CSRC / "mockccl.cpp"],
              "include_dirs": [str(_CSRC)], "cflags": ["-O3"]},
 }
 
 
 def _setup() -> None:
-    import accelkit.backends.mock  # noqa: F401  (registers torch.mock and mccl)
+    import accelkit.backends.mock  # noqa: F401  (registers torch.mock and mockccl)
 
 
 def _prepare() -> None:
@@ -51,7 +51,7 @@ def _probe(world_size: int = 1) -> tuple[bool, str]:
 SPEC = BackendSpec(
     name="mock",
     device_type="mock",
-    collective_backend="mccl",
+    collective_backend="mockccl",
     setup=_setup,
     probe=_probe,
     prepare=_prepare,

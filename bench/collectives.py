@@ -1,9 +1,9 @@
-"""mccl vs gloo, same run, same 4 rank processes (issue #5).
+"""mockccl vs gloo, same run, same 4 rank processes (issue #5).
 
-One process group ``mock:mccl,cpu:gloo``: the same collective on mock tensors goes through mccl
+One process group ``mock:mockccl,cpu:gloo``: the same collective on mock tensors goes through mockccl
 and on CPU tensors through gloo. all_reduce, all_gather and reduce_scatter from 8 B to 256 MiB
 (the size is the largest buffer: all_reduce's tensor, all_gather's output, reduce_scatter's
-input, as nccl-tests counts it). Each size runs `--rounds` timed rounds in which mccl and gloo
+input, as nccl-tests counts it). Each size runs `--rounds` timed rounds in which mockccl and gloo
 alternate; the median round is reported (the machine is shared: alternating exposes both to
 the same load, the median drops bursts). Prints latency and bus bandwidth per size (nccl-tests
 definitions: all_reduce busbw = size/time * 2(n-1)/n, the others size/time * (n-1)/n), the
@@ -66,7 +66,7 @@ def memcpy_gbps() -> float:
 
 
 def make_op(coll, nbytes, device, world):
-    """The collective on fresh tensors of `device` (mock: mccl, cpu: gloo), and its size."""
+    """The collective on fresh tensors of `device` (mock: mockccl, cpu: gloo), and its size."""
     import torch
     import torch.distributed as dist
 
@@ -120,12 +120,12 @@ def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int, min_by
 
     torch.set_num_threads(1)
     torch.mock.set_device(rank)
-    dist.init_process_group("mock:mccl,cpu:gloo", rank=rank, world_size=world)
+    dist.init_process_group("mock:mockccl,cpu:gloo", rank=rank, world_size=world)
     rows = []
     for coll in collectives:
         for nbytes in sizes(max_bytes, min_bytes):
             ops, actual = {}, 0
-            for backend, device in (("mccl", torch.device("mock", rank)), ("gloo", "cpu")):
+            for backend, device in (("mockccl", torch.device("mock", rank)), ("gloo", "cpu")):
                 ops[backend], actual = make_op(coll, nbytes, device, world)
             for backend, per_round in time_rounds(ops, nbytes, rounds).items():
                 seconds = statistics.median(per_round)
@@ -157,12 +157,12 @@ def report(data: dict) -> tuple[str, bool]:
     """The results table (markdown) and whether the targets are met."""
     rows = data["rows"]
     by = {(r["collective"], r["bytes"], r["backend"]): r for r in rows}
-    lines = ["| collective | size | mccl latency | gloo latency | mccl busbw | gloo busbw | "
-             "mccl/gloo busbw |", "|---|---|---|---|---|---|---|"]
+    lines = ["| collective | size | mockccl latency | gloo latency | mockccl busbw | gloo busbw | "
+             "mockccl/gloo busbw |", "|---|---|---|---|---|---|---|"]
     ok = True
     for coll in data["collectives"]:
         for nbytes in sorted({r["bytes"] for r in rows if r["collective"] == coll}):
-            m, g = by[(coll, nbytes, "mccl")], by[(coll, nbytes, "gloo")]
+            m, g = by[(coll, nbytes, "mockccl")], by[(coll, nbytes, "gloo")]
             ratio = m["busbw_gbps"] / g["busbw_gbps"]
             lines.append(f"| {coll} | {human(nbytes)} | {fmt_time(m['seconds'])} | "
                          f"{fmt_time(g['seconds'])} | {m['busbw_gbps']:.2f} GB/s | "
@@ -170,20 +170,20 @@ def report(data: dict) -> tuple[str, bool]:
     targets = []
     allreduce = [r for r in rows if r["collective"] == "all_reduce"]
     for nbytes in sorted({r["bytes"] for r in allreduce if r["bytes"] >= MIB}):
-        ratio = by[("all_reduce", nbytes, "mccl")]["busbw_gbps"] / \
+        ratio = by[("all_reduce", nbytes, "mockccl")]["busbw_gbps"] / \
             by[("all_reduce", nbytes, "gloo")]["busbw_gbps"]
         targets.append((f"all_reduce busbw {human(nbytes)}: {ratio:.1f}x gloo (>= 2x)",
                         ratio >= 2))
     if allreduce:
         small = min(r["bytes"] for r in allreduce)
-        m, g = by[("all_reduce", small, "mccl")], by[("all_reduce", small, "gloo")]
-        targets.append((f"all_reduce {small} B latency: mccl {fmt_time(m['seconds'])} vs gloo "
+        m, g = by[("all_reduce", small, "mockccl")], by[("all_reduce", small, "gloo")]
+        targets.append((f"all_reduce {small} B latency: mockccl {fmt_time(m['seconds'])} vs gloo "
                         f"{fmt_time(g['seconds'])} (<= gloo)", m["seconds"] <= g["seconds"]))
     lines.append("")
     lines.append(f"memcpy bandwidth (same run, 256 MiB copy_): {data['memcpy_gbps']:.2f} GB/s")
     for coll in data["collectives"]:
         top = max(r["bytes"] for r in rows if r["collective"] == coll)
-        m = by[(coll, top, "mccl")]
+        m = by[(coll, top, "mockccl")]
         lines.append(f"{coll} {human(top)}: algbw {m['algbw_gbps']:.2f} GB/s = "
                      f"{m['algbw_gbps'] / data['memcpy_gbps']:.0%} of memcpy, busbw "
                      f"{m['busbw_gbps']:.2f} GB/s")
@@ -211,7 +211,7 @@ def plot(data: dict, path: Path) -> None:
     colls = data["collectives"]
     fig, axes = plt.subplots(2, len(colls), figsize=(5 * len(colls), 8), squeeze=False)
     for i, coll in enumerate(colls):
-        for backend, style in (("mccl", "o-"), ("gloo", "s--")):
+        for backend, style in (("mockccl", "o-"), ("gloo", "s--")):
             rs = sorted((r for r in data["rows"] if r["collective"] == coll and
                          r["backend"] == backend), key=lambda r: r["bytes"])
             x = [r["bytes"] for r in rs]
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
     parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5,
-                        help="timed rounds per size (mccl and gloo alternate); median reported")
+                        help="timed rounds per size (mockccl and gloo alternate); median reported")
     parser.add_argument("--collectives", default=",".join(COLLECTIVES),
                         help="comma-separated subset of " + ",".join(COLLECTIVES))
     args = parser.parse_args(argv)
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
 
     # Build the extensions once here, not in every rank at the same time.
     subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
-                    "accelkit.backends.mock import mccl; mccl.extension()"], check=True)
+                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
     args.out.mkdir(parents=True, exist_ok=True)
     raw = args.out / "collectives.json"
     with socket.socket() as s:

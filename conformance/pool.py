@@ -25,9 +25,9 @@ from pathlib import Path
 
 from accelkit.conformance.outcomes import RankResult
 
-#: Where mccl's shared-memory segments live (interfaces.md #3).
+#: Where mockccl's shared-memory segments live (interfaces.md #3).
 SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "accelkit_mccl_"
+SHM_PREFIX = "accelkit_mockccl_"
 
 
 class PoolStartError(Exception):
@@ -46,7 +46,7 @@ def _exit_text(returncode: int | None) -> str:
 
 
 def sweep_shm(pids: list[int]) -> list[str]:
-    """Remove ``/dev/shm/accelkit_mccl_*`` segments whose name carries one of ``pids`` (as a
+    """Remove ``/dev/shm/accelkit_mockccl_*`` segments whose name carries one of ``pids`` (as a
     ``_<pid>`` token), left behind by ranks that were killed; returns the names removed."""
     removed = []
     tokens = {str(p) for p in pids}

@@ -6,10 +6,10 @@ The package is made of three kinds of files, so nothing accelkit already has is 
    ``#include <accelkit/...>``) and its Python device-module builder
    (:mod:`accelkit.core.device_module`) stay in accelkit; the package builds against them.
 2. **Rendered from the mock** (:data:`MOCK_SOURCES`): the parts a vendor replaces — the
-   host-memory runtime and the collectives transport in ``backends/mock/csrc/`` and mccl's
-   Python creator (``backends/mock/mccl.py``) — with the names substituted by
+   host-memory runtime and the collectives transport in ``backends/mock/csrc/`` and mockccl's
+   Python creator (``backends/mock/mockccl.py``) — with the names substituted by
    :data:`TOKENS` (explicit ``str.replace`` in order). So the mock and a new package cannot drift
-   apart: every ``mock``/``mccl`` in those files must be covered by a token, else rendering
+   apart: every ``mock``/``mockccl`` in those files must be covered by a token, else rendering
    stops with an error naming the file and line. In Python modules, the top-level definitions
    listed in :data:`PY_OVERRIDES` are replaced by the template's own (how the C++ is loaded:
    built ahead of time in a vendor package, JIT-built in accelkit).
@@ -45,12 +45,13 @@ MOCK_DIR = _HERE.parent / "backends" / "mock"
 #: The reference device and collective library the renderer takes sources from; a new package
 #: may not reuse these names (the mock ships with accelkit, beside every vendor package).
 MOCK_NAME = "mock"
-MOCK_CCL = "mccl"
+MOCK_CCL = "mockccl"
 
 #: c10d backends torch or accelkit already register (``torch.distributed.Backend.backend_list``
 #: in torch 2.13, plus the mock's).
+#: ``mccl`` is Moore Threads' (torch_musa), and was the mock's old name.
 TAKEN_COLLECTIVE_NAMES = frozenset({"undefined", "gloo", "nccl", "mpi", "ucc", "xccl", "fake",
-                                    MOCK_CCL})
+                                    "mccl", MOCK_CCL})
 
 #: The collective name becomes a C++ namespace in the generated code: names that would clash
 #: with one the code uses, or with a C++ keyword.
@@ -110,12 +111,12 @@ class Names:
         m = self.mapping()
         return [
             ("ACCELKIT_MOCK_", f"{m['NAME']}_"),  # env vars: ACCELKIT_MOCK_DEVICES -> DEMO_DEVICES
-            ("ACCELKIT_MCCL_", f"{m['CNAME']}_"),  # ACCELKIT_MCCL_CHUNK_BYTES -> DEMOCCL_CHUNK_BYTES
-            ("accelkit_mccl_", f"{self.cname}_"),  # /dev/shm segment prefix
+            ("ACCELKIT_MOCKCCL_", f"{m['CNAME']}_"),  # ACCELKIT_MOCKCCL_CHUNK_BYTES -> DEMOCCL_CHUNK_BYTES
+            ("accelkit_mockccl_", f"{self.cname}_"),  # /dev/shm segment prefix
             ("accelkit_mock", self.package),  # C++ namespace
             ("MockRuntime", f"{m['Name']}Runtime"),
-            ("MCCL", m["CNAME"]),
-            ("mccl", self.cname),
+            ("MOCKCCL", m["CNAME"]),
+            ("mockccl", self.cname),
             ("MOCK", m["NAME"]),
             ("Mock", m["Name"]),
             ("mock", self.name),
@@ -192,18 +193,18 @@ def _check_collective_name(cname: str, name: str) -> None:
 #: Every C++ file of ``csrc/`` is taken, so a file the mock adds comes along.
 MOCK_SOURCES: tuple[tuple[str, str], ...] = (
     ("csrc/*", "csrc"),
-    ("mccl.py", "src/${package}"),
+    ("mockccl.py", "src/${package}"),
 )
 
 #: Top-level functions (and the docstring, ``__doc__``) of rendered Python modules replaced by
-#: the template's version: file name -> {function name -> source}; a decorator stays. mccl.py
+#: the template's version: file name -> {function name -> source}; a decorator stays. mockccl.py
 #: JIT-builds its extension from csrc/ (the mock ships sources); a vendor package imports the
 #: one built by setup.py.
 PY_OVERRIDES: dict[str, dict[str, str]] = {
-    "mccl.py": {
+    "mockccl.py": {
         "__doc__": '''"""${cname}, the ${name} device's collective library: a C++ ``c10d::Backend``.
 
-Rendered by ``accelkit new`` from accelkit's mccl (``accelkit/backends/mock/mccl.py``). The
+Rendered by ``accelkit new`` from accelkit's mockccl (``accelkit/backends/mock/mockccl.py``). The
 transport is ``csrc/${cname}_shm.h`` (shared memory between the ranks of one host): replace it
 with calls into your collective library; the glue between c10d and a transport,
 ``<accelkit/c10d/backend.h>``, stays in accelkit. ``create_backend`` is the creator

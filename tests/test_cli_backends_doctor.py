@@ -41,7 +41,7 @@ def test_backends_table():
     assert rows[0] == ["NAME", "DEVICE", "COLLECTIVE", "RNG", "AVAILABLE", "REASON"]
     by_name = {row[0]: row for row in rows[1:]}
     assert by_name["cpu"] == ["cpu", "cpu", "gloo", "unsupported", "yes", "gloo is available"]
-    assert by_name["mock"][:5] == ["mock", "mock", "mccl", "offset-exact", "yes"]
+    assert by_name["mock"][:5] == ["mock", "mock", "mockccl", "offset-exact", "yes"]
     if not torch.cuda.is_available():
         assert by_name["cuda"] == ["cuda", "cuda", "nccl", "offset-consistent", "no",
                                    "no CUDA device (torch.cuda.is_available() is False)"]

@@ -133,8 +133,8 @@ def test_summary_for_unavailable_backend():
 
 def test_sweep_shm_removes_only_segments_of_the_given_pids():
     fake_pid = 4_000_000_000  # above any real pid
-    ours = SHM_DIR / f"accelkit_mccl_{fake_pid}_seg0"
-    other = SHM_DIR / f"accelkit_mccl_{fake_pid + 1}_seg0"
+    ours = SHM_DIR / f"accelkit_mockccl_{fake_pid}_seg0"
+    other = SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_seg0"
     for p in (ours, other):
         p.write_bytes(b"x")
     try:

@@ -60,6 +60,7 @@ def test_bad_device_name(tmp_path, capsys, name, message):
     ("mpi", "collective backend name 'mpi' is taken"),
     ("ucc", "collective backend name 'ucc' is taken"),
     ("xccl", "collective backend name 'xccl' is taken"),
+    ("mockccl", "collective backend name 'mockccl' is taken"),
     ("mccl", "collective backend name 'mccl' is taken"),
     ("Bad-CCL", "collective backend name 'Bad-CCL' is not valid: use a lower-case Python "
                 "identifier"),
@@ -132,12 +133,12 @@ def test_rendered_package(tmp_path, capsys):
         assert "${" not in text, f"unrendered placeholder in {rel}"
         if rel.endswith(".py"):
             ast.parse(text, rel)
-    # The vendor-replaceable parts are the mock's, renamed: nothing of mock/mccl is left
+    # The vendor-replaceable parts are the mock's, renamed: nothing of mock/mockccl is left
     # (dccl.py's docstring says where it comes from).
     for rel in ("csrc/demo_runtime.h", "csrc/demo_device.cpp", "csrc/dccl.cpp",
                 "csrc/dccl_shm.h", "csrc/dccl_reduce.h"):
-        assert not re.search("(?i)mock|mccl", texts[rel]), rel
-    assert not re.search("(?i)mock|mccl", texts["src/torch_demo/dccl.py"].split('"""', 2)[2])
+        assert not re.search("(?i)mock|mockccl", texts[rel]), rel
+    assert not re.search("(?i)mock|mockccl", texts["src/torch_demo/dccl.py"].split('"""', 2)[2])
     assert "class DemoRuntime final : public accelkit::Runtime" in texts["csrc/demo_runtime.h"]
     assert 'std::getenv("DEMO_DEVICES")' in texts["csrc/demo_runtime.h"]
     assert '#include "demo_runtime.h"' in texts["csrc/demo_device.cpp"]
@@ -224,8 +225,8 @@ def test_uncovered_mock_name_stops_rendering():
 
 def test_missing_override_target_stops_rendering():
     with pytest.raises(render.TemplateError,
-                       match=r"mccl\.py has no top-level extension, which the renderer replaces"):
-        render._override("x = 1\n", {"extension": "def extension(): pass"}, "mccl.py")
+                       match=r"mockccl\.py has no top-level extension, which the renderer replaces"):
+        render._override("x = 1\n", {"extension": "def extension(): pass"}, "mockccl.py")
 
 
 def test_porting_guide_names_existing_checks():

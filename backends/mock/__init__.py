@@ -1,5 +1,5 @@
 """The ``mock`` accelerator: importing this package registers ``torch.mock`` under
-PrivateUse1 and the ``mccl`` collective library (issue #4, issue #5).
+PrivateUse1 and the ``mockccl`` collective library (issue #4, issue #5).
 
 The device is the accelkit C++ layer (``core/include/accelkit``) over a host-memory runtime
 (``csrc/mock_runtime.h``), built on first import by :func:`accelkit.core.load_extension`.
@@ -18,7 +18,7 @@ from accelkit.core.device_module import build_device_module
 #: The device type (``torch.device("mock:0")``) and the module name (``torch.mock``).
 DEVICE_NAME = "mock"
 #: The collective library registered for the device.
-COLLECTIVE_BACKEND = "mccl"
+COLLECTIVE_BACKEND = "mockccl"
 
 _C = load_extension(**EXTENSIONS["device"])
 if _C.config_error():
@@ -27,7 +27,7 @@ if _C.config_error():
 #: The module registered as ``torch.mock``.
 device_module = build_device_module(DEVICE_NAME, _C)
 
-from accelkit.backends.mock import mccl  # noqa: E402  (after the device: mccl builds on it)
+from accelkit.backends.mock import mockccl  # noqa: E402  (after the device: mockccl builds on it)
 
 register_accelerator(DEVICE_NAME, device_module, collective_backend=COLLECTIVE_BACKEND,
-                     creator=mccl.create_backend, extended_api=True)
+                     creator=mockccl.create_backend, extended_api=True)

@@ -41,7 +41,7 @@ def default_backend_for_device(ctx):
 @check("registration.group_backend_for_device", also_at=ALSO_AT)
 def group_backend_for_device(ctx):
     """The default group's backend for the device is the backend's library and reports its own
-    name (the device Backend's name(), e.g. "mccl"), and the group's backend config maps the
+    name (the device Backend's name(), e.g. "mockccl"), and the group's backend config maps the
     device type to it. torch 2.13 limit, documented rather than failed: for an out-of-tree
     library ProcessGroup.name() / _get_backend_name() say "custom" (they name the BackendType,
     and every out-of-tree library is BackendType.CUSTOM), so only that is accepted there

@@ -1,22 +1,22 @@
-"""mccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory (issue #5).
+"""mockccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory (issue #5).
 
-The C++ lives in ``backends/mock/csrc/mccl*.{h,cpp}`` (the shared-memory transport, which a
+The C++ lives in ``backends/mock/csrc/mockccl*.{h,cpp}`` (the shared-memory transport, which a
 vendor replaces with their library) and ``core/include/accelkit/c10d/*.h`` (the reusable glue
 between c10d and a transport). It is built on first use as its own extension,
-``accelkit_mock_mccl``, separate from the mock device's extension.
+``accelkit_mock_mockccl``, separate from the mock device's extension.
 
 ``create_backend`` is the ``extended_api=True`` creator that
-``accelkit.core.register_accelerator("mock", ..., collective_backend="mccl", creator=...)``
+``accelkit.core.register_accelerator("mock", ..., collective_backend="mockccl", creator=...)``
 registers for ``devices=["mock"]``. It returns a whole ``ProcessGroup``, mock tensors through
-mccl and CPU tensors through gloo, which c10d accepts from a creator. That makes both
-``init_process_group("mock:mccl,cpu:gloo")`` and ``init_process_group()`` (no backend on a mock
-machine, where torch 2.13 would register mccl for mock tensors only) give a group with CPU
+mockccl and CPU tensors through gloo, which c10d accepts from a creator. That makes both
+``init_process_group("mock:mockccl,cpu:gloo")`` and ``init_process_group()`` (no backend on a mock
+machine, where torch 2.13 would register mockccl for mock tensors only) give a group with CPU
 collectives, and sets the group's default backend, which torch 2.13 leaves unset for a
 ``"<device>:<custom>,cpu:gloo"`` string (a warning "No backend of type 0 found" at shutdown;
 see the facts note). torch binds ``init_process_group(device_id=...)`` to the group it made
 before calling the creator and does not pass ``device_id`` on, so the creator carries that
 binding over to its group (:func:`_binding_of_group_being_created`); with it, DeviceMesh and
-``split_group`` split the group (mccl supports splitting).
+``split_group`` split the group (mockccl supports splitting).
 """
 
 from __future__ import annotations
@@ -26,22 +26,22 @@ import sys
 from datetime import timedelta
 
 DEVICE = "mock"
-NAME = "mccl"
+NAME = "mockccl"
 
 
 @functools.cache
 def extension():
-    """The ``accelkit_mock_mccl`` module, compiled on first use (about a minute), loaded once
+    """The ``accelkit_mock_mockccl`` module, compiled on first use (about a minute), loaded once
     per process."""
     import torch.distributed  # noqa: F401  (registers c10d.Backend, the bound base class)
     from accelkit.backends.mock_spec import EXTENSIONS
     from accelkit.core.cpp import load_extension
 
-    return load_extension(**EXTENSIONS["mccl"])
+    return load_extension(**EXTENSIONS["mockccl"])
 
 
 def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVICE):
-    """An mccl ``c10d.Backend`` for one process group, connected through ``store``: every rank
+    """An mockccl ``c10d.Backend`` for one process group, connected through ``store``: every rank
     of the group calls it. Raises ``DistBackendError`` when the ranks are on different hosts or
     a rank does not connect within ``timeout``."""
     timeout_ms = max(1, int(timeout.total_seconds() * 1000))
@@ -61,14 +61,14 @@ def _binding_of_group_being_created():
 
 def create_backend(dist_backend_opts, backend_options):
     """The ``extended_api=True`` creator ``torch.distributed.Backend.register_backend`` calls:
-    a ``ProcessGroup`` with mccl for mock tensors and gloo for CPU tensors, mccl as default."""
+    a ``ProcessGroup`` with mockccl for mock tensors and gloo for CPU tensors, mockccl as default."""
     import torch
     from torch.distributed import PrefixStore, ProcessGroup, ProcessGroupGloo
 
     opts = dist_backend_opts
     group = ProcessGroup(opts.store, opts.group_rank, opts.group_size)
-    mccl = connect(opts.store, opts.group_rank, opts.group_size, opts.timeout)
-    group._register_backend(torch.device(DEVICE), ProcessGroup.BackendType.CUSTOM, mccl)
+    mockccl = connect(opts.store, opts.group_rank, opts.group_size, opts.timeout)
+    group._register_backend(torch.device(DEVICE), ProcessGroup.BackendType.CUSTOM, mockccl)
     gloo = ProcessGroupGloo(PrefixStore("cpu/", opts.store), opts.group_rank, opts.group_size,
                             timeout=opts.timeout)
     gloo.options.global_ranks_in_group = list(opts.global_ranks_in_group)

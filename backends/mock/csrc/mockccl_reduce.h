@@ -1,4 +1,4 @@
-// mccl reduction kernels: out[i] = op(src[0][i], ..., src[n-1][i]) on host memory.
+// mockccl reduction kernels: out[i] = op(src[0][i], ..., src[n-1][i]) on host memory.
 //
 // float16 and bfloat16 accumulate in float32 over all sources and round once (as NCCL does);
 // bool treats SUM/MAX/BOR as OR, PRODUCT/MIN/BAND as AND and BXOR as XOR; complex supports SUM
@@ -16,7 +16,7 @@
 
 #include <accelkit/c10d/transport.h>
 
-namespace mccl {
+namespace mockccl {
 
 using accelkit::c10d::RedOp;
 
@@ -49,7 +49,7 @@ void reduce_arith(RedOp op, void* out, const void* const* srcs, int nsrc, int64_
     case RedOp::kMax:
       return reduce_blocks<T, Acc>(out, srcs, nsrc, n, [](Acc a, Acc b) { return b > a ? b : a; });
     default:
-      TORCH_CHECK(false, "mccl: reduce op ", accelkit::c10d::redop_name(op),
+      TORCH_CHECK(false, "mockccl: reduce op ", accelkit::c10d::redop_name(op),
                   " is not defined for floating-point tensors");
   }
 }
@@ -89,7 +89,7 @@ void reduce_complex(RedOp op, void* out, const void* const* srcs, int nsrc, int6
     case RedOp::kProduct:
       return reduce_blocks<C, C>(out, srcs, nsrc, n, [](C a, C b) { return a * b; });
     default:
-      TORCH_CHECK(false, "mccl: reduce op ", accelkit::c10d::redop_name(op),
+      TORCH_CHECK(false, "mockccl: reduce op ", accelkit::c10d::redop_name(op),
                   " is not defined for complex tensors");
   }
 }
@@ -115,10 +115,10 @@ inline void reduce(c10::ScalarType dtype, RedOp op, void* out, const void* const
     case c10::kComplexFloat: return reduce_complex<c10::complex<float>>(op, out, srcs, nsrc, n);
     case c10::kComplexDouble: return reduce_complex<c10::complex<double>>(op, out, srcs, nsrc, n);
     default:
-      TORCH_CHECK(false, "mccl: reductions on ", dtype, " tensors are not supported (supported: "
+      TORCH_CHECK(false, "mockccl: reductions on ", dtype, " tensors are not supported (supported: "
                   "float16/32/64, bfloat16, complex64/128, bool, int8..int64, uint8..uint64); "
                   "broadcast, gather, scatter and all-to-all work on every dtype");
   }
 }
 
-}  // namespace mccl
+}  // namespace mockccl

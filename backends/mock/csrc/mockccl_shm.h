@@ -1,4 +1,4 @@
-// mccl's transport: the ranks of one host exchange data through one shared-memory segment per
+// mockccl's transport: the ranks of one host exchange data through one shared-memory segment per
 // process group (issue #5). This is the file a vendor replaces with calls into their
 // collective library; <accelkit/c10d/backend.h> stays.
 //
@@ -41,15 +41,15 @@
 
 #include <accelkit/c10d/transport.h>
 
-#include "mccl_reduce.h"
+#include "mockccl_reduce.h"
 
-namespace mccl {
+namespace mockccl {
 
 using accelkit::c10d::CallInfo;
 using accelkit::c10d::Kind;
 using accelkit::c10d::RedOp;
 
-constexpr uint64_t kMagic = 0x4d43434c53484d31ULL;  // "MCCLSHM1"
+constexpr uint64_t kMagic = 0x4d43434c53484d31ULL;  // marks a segment of this library
 
 struct alignas(64) Control {
   uint64_t magic;
@@ -204,7 +204,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     }, [&](int64_t off, int64_t n) {
       for (int r = 0; r < size_; ++r) parts[r] = slot(r) + rank_ * n * es;
       parts[rank_] = src + (rank_ * call.count + off) * es;
-      mccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
+      mockccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
     });
   }
 
@@ -415,12 +415,12 @@ class ShmTransport : public accelkit::c10d::Transport {
       copy_pending();
       if (small(n)) {
         for (int r = 0; r < size_; ++r) parts[r] = slot(r);
-        if (writes) mccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
+        if (writes) mockccl::reduce(call.dtype, call.op, dst + off * es, parts.data(), size_, n);
       } else {
         const auto [lo, hi] = part_of(n, rank_);
         for (int r = 0; r < size_; ++r) parts[r] = slot(r) + lo * es;
         parts[rank_] = src + (off + lo) * es;
-        mccl::reduce(call.dtype, call.op, result() + lo * es, parts.data(), size_, hi - lo);
+        mockccl::reduce(call.dtype, call.op, result() + lo * es, parts.data(), size_, hi - lo);
         pending_off = off;
         pending_n = n;
         pending = result();
@@ -502,7 +502,7 @@ class ShmTransport : public accelkit::c10d::Transport {
       if (deadline.passed()) {
         std::vector<int> late = missing();
         std::ostringstream msg;
-        msg << "mccl: " << describe(call) << " timed out after " << call.timeout.count()
+        msg << "mockccl: " << describe(call) << " timed out after " << call.timeout.count()
             << " ms on rank " << rank_ << ": rank" << (late.size() == 1 ? " " : "s ")
             << join(late) << " did not " << action
             << " (a rank skipped the call, or is stuck or slow); the group is unusable";
@@ -516,7 +516,7 @@ class ShmTransport : public accelkit::c10d::Transport {
       const int pid = state(r).pid.load(std::memory_order_acquire);
       if (pid == 0) continue;  // not connected yet
       if (process_start_time(pid) != state(r).start_time) {
-        fail("mccl: " + describe(call) + " failed on rank " + std::to_string(rank_) + ": rank " +
+        fail("mockccl: " + describe(call) + " failed on rank " + std::to_string(rank_) + ": rank " +
              std::to_string(r) + " (pid " + std::to_string(pid) +
              ") exited; the group is unusable");
       }
@@ -527,7 +527,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     const int by = ctl_->aborted_by.load(std::memory_order_acquire);
     if (by == 0) return;
     std::string why(ctl_->reason, strnlen(ctl_->reason, sizeof(ctl_->reason)));
-    std::string msg = "mccl: " + describe(call) + " aborted on rank " + std::to_string(rank_) +
+    std::string msg = "mockccl: " + describe(call) + " aborted on rank " + std::to_string(rank_) +
                       ": rank " + std::to_string(by - 1) + " aborted the group: " + why;
     set_broken(msg);
     C10_THROW_ERROR(DistBackendError, msg);
@@ -556,7 +556,7 @@ class ShmTransport : public accelkit::c10d::Transport {
       broken = broken_;
     }
     if (!broken.empty()) {
-      C10_THROW_ERROR(DistBackendError, "mccl: " + describe(call) +
+      C10_THROW_ERROR(DistBackendError, "mockccl: " + describe(call) +
                                             " on a group that failed earlier: " + broken);
     }
     check_aborted(call);
@@ -573,7 +573,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     }
     if (same) return;
     std::ostringstream msg;
-    msg << "mccl: collective mismatch at seq " << call.seq << " (detected on rank " << rank_
+    msg << "mockccl: collective mismatch at seq " << call.seq << " (detected on rank " << rank_
         << "); every rank must issue the same collectives in the same order:";
     for (int r = 0; r < size_; ++r) msg << "\n  rank " << r << ": " << describe(header(par, r));
     C10_THROW_ERROR(DistBackendError, msg.str());
@@ -588,7 +588,7 @@ class ShmTransport : public accelkit::c10d::Transport {
         const int64_t expected = counts(par, 1, j)[i];
         if (sent != expected) {
           std::ostringstream msg;
-          msg << "mccl: " << describe(call) << " split sizes disagree: rank " << i << " sends "
+          msg << "mockccl: " << describe(call) << " split sizes disagree: rank " << i << " sends "
               << sent << " elements to rank " << j << ", which expects " << expected;
           C10_THROW_ERROR(DistBackendError, msg.str());
         }
@@ -611,7 +611,7 @@ class ShmTransport : public accelkit::c10d::Transport {
                [&] { return std::vector<int>{peer}; }, "send");
       if (off == 0 && (!box.first || box.tag != tag || box.total_bytes != total)) {
         std::ostringstream msg;
-        msg << "mccl: recv on rank " << rank_ << " expected " << total << " bytes with tag "
+        msg << "mockccl: recv on rank " << rank_ << " expected " << total << " bytes with tag "
             << tag << " from rank " << peer << ", but rank " << peer << " sent "
             << box.total_bytes << " bytes with tag " << box.tag
             << " (send and recv must match in size and tag)";
@@ -670,4 +670,4 @@ class ShmTransport : public accelkit::c10d::Transport {
   std::string broken_;  // the first failure; every later call raises it
 };
 
-}  // namespace mccl
+}  // namespace mockccl

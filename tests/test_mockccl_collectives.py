@@ -1,7 +1,7 @@
-"""mccl collectives on mock tensors against locally computed references (issue #5).
+"""mockccl collectives on mock tensors against locally computed references (issue #5).
 
 One pool of rank processes per world size (2 and 4) runs every case of :data:`CASES` in one go
-(``python tests/test_mccl_collectives.py`` is the rank program) and reports a JSON object
+(``python tests/test_mockccl_collectives.py`` is the rank program) and reports a JSON object
 ``{case: "ok" | error}``; the tests are parametrized over those results. Every rank knows every
 rank's input (a deterministic function of rank and case), so each checks its own output.
 """
@@ -83,7 +83,7 @@ def check_equal(got, want):
 
 
 def reference(op_name, inputs, world_size):
-    """The reduction of `inputs` (one per rank) as mccl defines it."""
+    """The reduction of `inputs` (one per rank) as mockccl defines it."""
     import torch
 
     dtype = inputs[0].dtype
@@ -648,7 +648,7 @@ def _(c):
 
     pg = dist.group.WORLD
     backend = pg._get_backend(c.dev)
-    assert backend.name() == "mccl", backend.name()
+    assert backend.name() == "mockccl", backend.name()
     before = backend._get_sequence_number_for_group()
     dist.all_reduce(c.on(torch.ones(1)))
     assert backend._get_sequence_number_for_group() == before + 1
@@ -656,13 +656,13 @@ def _(c):
 
 def rank_main(rank: int, world_size: int, out_path: str) -> None:
     """Run every case for this world size; write {case: "ok" | error} as JSON."""
-    import accelkit.backends.mock  # noqa: F401  (torch.mock and mccl)
+    import accelkit.backends.mock  # noqa: F401  (torch.mock and mockccl)
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
     torch.mock.set_device(rank)
-    dist.init_process_group("mock:mccl,cpu:gloo", rank=rank, world_size=world_size,
+    dist.init_process_group("mock:mockccl,cpu:gloo", rank=rank, world_size=world_size,
                             timeout=__import__("datetime").timedelta(seconds=20))
     c = Ctx(rank, world_size)
     results = {}
@@ -723,9 +723,9 @@ def spawn_ranks(script: str, world_size: int, out_dir: Path, extra_args=(), time
 
 
 def build_extensions() -> None:
-    """Build the mock and mccl extensions once, in a child process (importing the mock claims
+    """Build the mock and mockccl extensions once, in a child process (importing the mock claims
     PrivateUse1 for the whole process), so the ranks do not all compile at the same time."""
-    code = "import accelkit.backends.mock; from accelkit.backends.mock import mccl; mccl.extension()"
+    code = "import accelkit.backends.mock; from accelkit.backends.mock import mockccl; mockccl.extension()"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env={**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -734,7 +734,7 @@ def build_extensions() -> None:
 def run_pool(world_size: int, tmp_path_factory):
     """The results of one pool of `world_size` rank processes that ran every case."""
     build_extensions()
-    out = tmp_path_factory.mktemp(f"mccl_ws{world_size}")
+    out = tmp_path_factory.mktemp(f"mockccl_ws{world_size}")
     results, errs, codes = spawn_ranks(__file__, world_size, out)
     return world_size, results, errs, codes
 

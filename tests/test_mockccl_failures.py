@@ -1,7 +1,7 @@
-"""mccl failure behaviour on mock tensors: timeout, mismatch, dead peer, ranks on different
+"""mockccl failure behaviour on mock tensors: timeout, mismatch, dead peer, ranks on different
 hosts, default backend with no backend string, and no shared memory left behind (issue #5).
 
-One pool of 3 rank processes runs the whole scenario (``python tests/test_mccl_failures.py`` is
+One pool of 3 rank processes runs the whole scenario (``python tests/test_mockccl_failures.py`` is
 the rank program; rank 2 is the one that misbehaves) and reports what each rank saw as JSON.
 """
 
@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_mccl_collectives import build_extensions, spawn_ranks
+from test_mockccl_collectives import build_extensions, spawn_ranks
 
 WORLD = 3
 GROUP_TIMEOUT_S = 2.0
@@ -35,7 +35,7 @@ def _outcome(fn):
 
 
 def rank_main(rank: int, world_size: int, out_path: str) -> None:
-    import accelkit.backends.mock  # noqa: F401  (torch.mock and mccl)
+    import accelkit.backends.mock  # noqa: F401  (torch.mock and mockccl)
     import torch
     import torch.distributed as dist
 
@@ -47,7 +47,7 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
         Path(out_path).write_text(json.dumps(seen))
 
     dev = torch.device("mock", rank)
-    # No backend string on a mock machine: mock tensors through mccl, CPU tensors through gloo.
+    # No backend string on a mock machine: mock tensors through mockccl, CPU tensors through gloo.
     dist.init_process_group(rank=rank, world_size=world_size, timeout=timedelta(seconds=30))
     world = dist.group.WORLD
     seen["default_mock_backend"] = world._get_backend(dev).name()
@@ -109,13 +109,13 @@ def host_rank_main(rank: int, world_size: int, out_path: str) -> None:
     import torch.distributed as dist
 
     outcome = _outcome(lambda: dist.init_process_group(
-        "mock:mccl,cpu:gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=20)))
+        "mock:mockccl,cpu:gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=20)))
     Path(out_path).write_text(json.dumps({"init": outcome}))
 
 
 def eager_rank_main(rank: int, world_size: int, out_path: str) -> None:
-    """init_process_group(device_id=...): the binding survives mccl's creator, DeviceMesh and
-    split_group split the group (mock through mccl, CPU through gloo), new_group still works."""
+    """init_process_group(device_id=...): the binding survives mockccl's creator, DeviceMesh and
+    split_group split the group (mock through mockccl, CPU through gloo), new_group still works."""
     import accelkit.backends.mock  # noqa: F401
     import torch
     import torch.distributed as dist
@@ -123,7 +123,7 @@ def eager_rank_main(rank: int, world_size: int, out_path: str) -> None:
 
     torch.mock.set_device(rank)
     dev = torch.device("mock", rank)
-    dist.init_process_group("mock:mccl,cpu:gloo", rank=rank, world_size=world_size, device_id=dev)
+    dist.init_process_group("mock:mockccl,cpu:gloo", rank=rank, world_size=world_size, device_id=dev)
     seen = {"bound": str(dist.group.WORLD.bound_device_id)}
     mesh = init_device_mesh("mock", (2, world_size // 2), mesh_dim_names=("dp", "tp"))
     t = torch.ones(2, device=dev)
@@ -154,15 +154,15 @@ def test_eager_init_keeps_binding_and_splits(tmp_path):
 
 
 def leftover_segments(pids) -> list[str]:
-    """/dev/shm entries mccl would have created for groups whose rank 0 had one of `pids`."""
-    prefixes = tuple(f"accelkit_mccl_{pid}_" for pid in pids)
+    """/dev/shm entries mockccl would have created for groups whose rank 0 had one of `pids`."""
+    prefixes = tuple(f"accelkit_mockccl_{pid}_" for pid in pids)
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
 
 
 @pytest.fixture(scope="module")
 def scenario(tmp_path_factory):
     build_extensions()
-    out = tmp_path_factory.mktemp("mccl_failures")
+    out = tmp_path_factory.mktemp("mockccl_failures")
     results, errs, codes = spawn_ranks(__file__, WORLD, out, timeout=90)
     return results, errs, codes
 
@@ -173,10 +173,10 @@ def test_ranks_exit_as_scripted(scenario):
     assert all(r is not None for r in results)
 
 
-def test_no_backend_gives_mccl_for_mock_and_gloo_for_cpu(scenario):
+def test_no_backend_gives_mockccl_for_mock_and_gloo_for_cpu(scenario):
     results, _, _ = scenario
     for r in results:
-        assert r["default_mock_backend"] == "mccl"
+        assert r["default_mock_backend"] == "mockccl"
         assert r["default_cpu_backend"] == "gloo"
         assert r["default_sums"] == [[3.0] * 3, [3.0] * 3]
 
@@ -274,7 +274,7 @@ def test_ranks_on_different_hosts_fail_naming_the_hosts(tmp_path):
     def prefix(rank):
         if rank == 0:
             return []
-        return ["unshare", "--uts", "sh", "-c", 'hostname mccl-other-host && exec "$@"', "sh"]
+        return ["unshare", "--uts", "sh", "-c", 'hostname mockccl-other-host && exec "$@"', "sh"]
 
     results, errs, codes = spawn_ranks(__file__, 2, tmp_path, extra_args=["hosts"], prefix=prefix,
                                        timeout=60)
@@ -282,7 +282,7 @@ def test_ranks_on_different_hosts_fail_naming_the_hosts(tmp_path):
     for r in results:
         init = r["init"]
         assert init["raised"] == "DistBackendError", init
-        assert f"rank 0 on '{here}', rank 1 on 'mccl-other-host'" in init["message"], init
+        assert f"rank 0 on '{here}', rank 1 on 'mockccl-other-host'" in init["message"], init
         assert "Use a multi-host backend" in init["message"], init
 
 

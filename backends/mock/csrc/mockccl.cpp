@@ -1,11 +1,11 @@
-// mccl: the mock device's collective library, as a Python module (accelkit_mock_mccl).
+// mockccl: the mock device's collective library, as a Python module (accelkit_mock_mockccl).
 //
 // `Backend(store, rank, size, timeout_ms, device)` connects the ranks of one process group
 // through the c10d Store and returns a c10d::Backend (accelkit/c10d/backend.h) running on the
-// shared-memory transport (mccl_shm.h). Connecting (issue #5):
+// shared-memory transport (mockccl_shm.h). Connecting (issue #5):
 //   1. every rank publishes its hostname; ranks on different hosts fail with the host names
-//      (mccl is one-host);
-//   2. rank 0 creates /dev/shm/accelkit_mccl_<pid>_<n>_<random>, reserves its memory (so a full
+//      (mockccl is one-host);
+//   2. rank 0 creates /dev/shm/accelkit_mockccl_<pid>_<n>_<random>, reserves its memory (so a full
 //      /dev/shm fails here, not later with SIGBUS) and publishes the name; the other ranks map it
 //      and report back; rank 0 then unlinks the name. From then on nothing is left in /dev/shm,
 //      whatever happens to the processes: the memory goes away with the last mapping.
@@ -29,12 +29,12 @@
 
 #include <accelkit/c10d/backend.h>
 
-#include "mccl_shm.h"
+#include "mockccl_shm.h"
 
-namespace mccl {
+namespace mockccl {
 
-constexpr const char* kName = "mccl";
-constexpr const char* kSegmentPrefix = "/accelkit_mccl_";
+constexpr const char* kName = "mockccl";
+constexpr const char* kSegmentPrefix = "/accelkit_mockccl_";
 
 size_t env_size(const char* name, size_t fallback) {
   const char* value = std::getenv(name);
@@ -56,7 +56,7 @@ std::vector<uint8_t> to_bytes(const std::string& s) { return {s.begin(), s.end()
 std::string to_string(const std::vector<uint8_t>& b) { return {b.begin(), b.end()}; }
 
 std::string rank_key(const char* what, int rank) {
-  return std::string("mccl/") + what + "/" + std::to_string(rank);
+  return std::string("mockccl/") + what + "/" + std::to_string(rank);
 }
 
 // Waits for the keys `what`/r, r in ranks; on timeout names the ranks that never set theirs.
@@ -73,7 +73,7 @@ void wait_ranks(const c10::intrusive_ptr<::c10d::Store>& store, const char* what
       if (!store->check({keys[i]})) missing << (missing.tellp() > 0 ? ", " : "") << ranks[i];
     }
     C10_THROW_ERROR(DistBackendError,
-                    "mccl: connecting a group of " + std::to_string(size) + " ranks timed out "
+                    "mockccl: connecting a group of " + std::to_string(size) + " ranks timed out "
                     "after " + std::to_string(timeout.count()) + " ms on rank " +
                     std::to_string(rank) + ": rank(s) " + missing.str() +
                     " did not connect (a rank did not create the group or crashed)");
@@ -100,7 +100,7 @@ void check_one_host(const c10::intrusive_ptr<::c10d::Store>& store, int rank, in
   } catch (const std::exception&) {
   }
   std::ostringstream msg;
-  msg << "mccl connects the ranks of one host through shared memory, but this group spans "
+  msg << "mockccl connects the ranks of one host through shared memory, but this group spans "
          "several hosts:";
   for (int r = 0; r < size; ++r) msg << " rank " << r << " on '" << hosts[r] << "'" << (r + 1 < size ? "," : "");
   msg << ". Use a multi-host backend (e.g. gloo) for this group.";
@@ -130,7 +130,7 @@ struct Segment {
 };
 
 [[noreturn]] void sys_error(const std::string& what, int err) {
-  C10_THROW_ERROR(DistBackendError, "mccl: " + what + ": " + std::strerror(err));
+  C10_THROW_ERROR(DistBackendError, "mockccl: " + what + ": " + std::strerror(err));
 }
 
 void map(Segment& seg, int fd) {
@@ -155,7 +155,7 @@ void create(Segment& seg, size_t chunk, size_t p2p_chunk, int size, uint64_t non
   if (err != 0) {
     close(fd);
     sys_error("cannot reserve " + std::to_string(seg.bytes >> 20) + " MiB in /dev/shm for a " +
-                  std::to_string(size) + "-rank group (lower ACCELKIT_MCCL_CHUNK_BYTES or "
+                  std::to_string(size) + "-rank group (lower ACCELKIT_MOCKCCL_CHUNK_BYTES or "
                   "enlarge /dev/shm)",
               err);
   }
@@ -182,7 +182,7 @@ void open_existing(Segment& seg, int size, uint64_t nonce) {
   const auto* ctl = reinterpret_cast<const Control*>(seg.base);
   TORCH_CHECK(ctl->magic == kMagic && ctl->nonce == nonce && ctl->size == size &&
                   Layout(size, ctl->chunk, ctl->p2p_chunk).total == seg.bytes,
-              "mccl: /dev/shm", seg.name, " is not the segment rank 0 created for this group");
+              "mockccl: /dev/shm", seg.name, " is not the segment rank 0 created for this group");
 }
 
 void register_rank(Segment& seg, int rank, int size) {
@@ -195,32 +195,32 @@ void register_rank(Segment& seg, int rank, int size) {
 
 std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
                                       int size, std::chrono::milliseconds timeout) {
-  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mccl: invalid rank ", rank,
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mockccl: invalid rank ", rank,
               " for a group of ", size);
   check_one_host(store, rank, size, timeout);
   Segment seg;
   if (rank == 0) {
-    const size_t chunk = env_size("ACCELKIT_MCCL_CHUNK_BYTES", 512 << 10);
-    const size_t p2p_chunk = env_size("ACCELKIT_MCCL_P2P_CHUNK_BYTES", 256 << 10);
+    const size_t chunk = env_size("ACCELKIT_MOCKCCL_CHUNK_BYTES", 512 << 10);
+    const size_t p2p_chunk = env_size("ACCELKIT_MOCKCCL_P2P_CHUNK_BYTES", 256 << 10);
     const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) |
                            std::random_device{}();
     create(seg, chunk, p2p_chunk, size, nonce);
     register_rank(seg, rank, size);
-    store->set("mccl/segment", to_bytes(seg.name + " " + std::to_string(nonce)));
+    store->set("mockccl/segment", to_bytes(seg.name + " " + std::to_string(nonce)));
     std::vector<int> others;
     for (int r = 1; r < size; ++r) others.push_back(r);
     if (!others.empty()) wait_ranks(store, "mapped", others, rank, size, timeout);
     seg.unlink();
   } else {
     try {
-      store->wait({"mccl/segment"}, timeout);
+      store->wait({"mockccl/segment"}, timeout);
     } catch (const c10::Error&) {
       C10_THROW_ERROR(DistBackendError,
-                      "mccl: connecting a group of " + std::to_string(size) + " ranks timed out "
+                      "mockccl: connecting a group of " + std::to_string(size) + " ranks timed out "
                       "after " + std::to_string(timeout.count()) + " ms on rank " +
                       std::to_string(rank) + ": rank 0 did not create the group's segment");
     }
-    std::istringstream published(to_string(store->get("mccl/segment")));
+    std::istringstream published(to_string(store->get("mockccl/segment")));
     uint64_t nonce = 0;
     published >> seg.name >> nonce;
     open_existing(seg, size, nonce);
@@ -237,35 +237,35 @@ struct Options : ::c10d::Backend::Options {
       : ::c10d::Backend::Options(std::move(backend), timeout) {}
 };
 
-}  // namespace mccl
+}  // namespace mockccl
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   namespace py = pybind11;
   using accelkit::c10d::TransportBackend;
-  m.doc() = "mccl: the mock device's collective library (shared memory, one host)";
-  m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mccl::kSegmentPrefix;
+  m.doc() = "mockccl: the mock device's collective library (shared memory, one host)";
+  m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mockccl::kSegmentPrefix;
   py::class_<TransportBackend, ::c10d::Backend, c10::intrusive_ptr<TransportBackend>>(m, "Backend")
       .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
                        int64_t timeout_ms, const std::string& device) {
              return c10::make_intrusive<TransportBackend>(
-                 mccl::connect, store, rank, size, std::chrono::milliseconds(timeout_ms),
-                 c10::Device(device).type(), mccl::kName);
+                 mockccl::connect, store, rank, size, std::chrono::milliseconds(timeout_ms),
+                 c10::Device(device).type(), mockccl::kName);
            }),
            py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
            py::arg("device"), py::call_guard<py::gil_scoped_release>())
       // new_group() on a rank outside the new group calls this on the default group's backend
       // when that supports splitting (written for NCCL's ncclCommSplit); nothing to do here:
-      // mccl groups connect only their members.
+      // mockccl groups connect only their members.
       .def("perform_nocolor_split", [](TransportBackend&, const at::Device&) {})
       // split_group deep-copies the parent backend's options (the base Options type cannot be
       // copied from Python), so hand out a copy that can.
       .def_property_readonly("options", [](TransportBackend& self) {
         auto opts = self.getBackendOptions();
-        return c10::make_intrusive<mccl::Options>(opts->backend, opts->timeout);
+        return c10::make_intrusive<mockccl::Options>(opts->backend, opts->timeout);
       });
-  py::class_<mccl::Options, ::c10d::Backend::Options, c10::intrusive_ptr<mccl::Options>>(
+  py::class_<mockccl::Options, ::c10d::Backend::Options, c10::intrusive_ptr<mockccl::Options>>(
       m, "Options")
-      .def("__deepcopy__", [](const mccl::Options& self, py::dict) {
-        return c10::make_intrusive<mccl::Options>(self.backend, self.timeout);
+      .def("__deepcopy__", [](const mockccl::Options& self, py::dict) {
+        return c10::make_intrusive<mockccl::Options>(self.backend, self.timeout);
       });
 }
