@@ -10,9 +10,11 @@ from accelkit.core.spec import BackendSpec, Capabilities
 _CSRC = Path(__file__).resolve().parent / "mock" / "csrc"
 
 #: The mock's two C++ extensions, as keyword arguments of ``accelkit.core.load_extension``:
-#: the device (accelkit's C++ layer over the host-memory runtime) and mockccl (its collectives).
+#: the device (the host-memory runtime registered with accelkit's C++ layer, and its native
+#: kernels, one file per group in ``csrc/kernels/``) and mockccl (its collectives).
 EXTENSIONS: dict[str, dict] = {
-    "device": {"name": "accelkit_mock_C", "sources": [_CSRC / "mock_device.cpp"],
+    "device": {"name": "accelkit_mock_C",
+               "sources": [_CSRC / "mock_device.cpp", *sorted((_CSRC / "kernels").glob("*.cpp"))],
                "include_dirs": [str(_CSRC)], "cflags": ["-O3", "-std=c++20"]},
     "mockccl": {"name": "accelkit_mock_mockccl", "sources": [_CSRC / "mockccl.cpp"],
              "include_dirs": [str(_CSRC)], "cflags": ["-O3"]},
@@ -24,11 +26,16 @@ def _setup() -> None:
 
 
 def _prepare() -> None:
-    """Compile both extensions (if not cached) without registering anything in this process."""
-    from accelkit.core.cpp import build_extension
+    """Compile both extensions (if not cached) without registering anything in this process:
+    accelkit's library first (both link it), then the two extensions side by side."""
+    from concurrent.futures import ThreadPoolExecutor
 
-    for ext in EXTENSIONS.values():
-        build_extension(**ext)
+    from accelkit.core.cpp import build_extension, library
+
+    library()
+    with ThreadPoolExecutor(len(EXTENSIONS)) as pool:
+        for future in [pool.submit(build_extension, **ext) for ext in EXTENSIONS.values()]:
+            future.result()
 
 
 def _device_count() -> int | None:

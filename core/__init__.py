@@ -4,7 +4,8 @@
 - :class:`BackendSpec` / :class:`Capabilities` and :mod:`accelkit.core.registry`.
 - :func:`register_accelerator`: one call that registers a PrivateUse1 device and its
   collective library in the right order.
-- :func:`include_dir`: the reusable C++ integration layer shipped with the package, and
+- :func:`include_dir` and :func:`library`: the reusable C++ integration layer shipped with the
+  package (its headers, and its code compiled once per torch version), and
   :func:`load_extension`, which builds a backend's C++ against the installed torch.
 
 Names are imported lazily so ``import accelkit.core`` does not import torch.
@@ -27,6 +28,7 @@ _EXPORTS = {
     "register_accelerator": "accelkit.core.accelerator",
     "AcceleratorRegistrationError": "accelkit.core.accelerator",
     "include_dir": "accelkit.core.cpp",
+    "library": "accelkit.core.cpp",
     "load_extension": "accelkit.core.cpp",
 }
 

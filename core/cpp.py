@@ -1,12 +1,22 @@
 """Building C++ against the installed torch, and the reusable C++ integration layer.
 
-:func:`include_dir` is the folder of accelkit's C++ headers (``#include <accelkit/...>``),
-shipped inside the package like pybind11's ``get_include()``. :func:`load_extension`
-compiles a backend's sources on first use into a cache folder keyed by the torch version,
-the Python ABI, the flags and the content of every source and of every header they include
-from accelkit's or the backend's include folders, so a new torch or an edited source always
-rebuilds and a stale binary is never loaded. Builds are serialised by a lock the kernel
-releases when its holder dies, so a killed build never leaves others waiting.
+:func:`include_dir` is the folder of accelkit's public C++ headers (``#include
+<accelkit/...>``), shipped inside the package like pybind11's ``get_include()``.
+:func:`library` is the layer's code (``core/csrc/*.cpp``: allocator, guard, hooks, generator,
+kernels, random kernels, fallback, autocast, registration, the c10d glue) compiled once per
+torch version into a static archive that every extension links: a vendor's build compiles
+only the vendor's files, and any number of them may include the headers. A static archive
+rather than sources handed to each build: its objects are compiled once and cached (not once
+per extension and per rebuild), and only the objects an extension uses are linked in (a
+collective library's extension takes the c10d glue, not the device layer). Built with hidden
+visibility, so two extensions that link it never bind to each other's copy.
+
+:func:`load_extension` compiles a backend's sources on first use into a cache folder keyed by
+the torch version, the Python ABI, the flags and the content of every source and of every
+header they include from accelkit's or the backend's include folders (and links the
+library), so a new torch or an edited source always rebuilds and a stale binary is never
+loaded. Builds are serialised by a lock the kernel releases when its holder dies, so a killed
+build never leaves others waiting.
 """
 
 from __future__ import annotations
@@ -28,6 +38,10 @@ _HERE = Path(__file__).resolve().parent
 def include_dir() -> str:
     """The folder holding ``accelkit/*.h``: add it to a vendor extension's include path."""
     return str(_HERE / "include")
+
+
+def _csrc_dir() -> Path:
+    return _HERE / "csrc"
 
 
 def cache_root() -> Path:
@@ -71,6 +85,85 @@ def _included(sources: Sequence[Path], include_dirs: Sequence[str]) -> list[Path
     return sorted(seen)
 
 
+def _torch_cflags() -> list[str]:
+    """The flags torch's extension builder compiles with (``-fPIC``, the C++ standard, torch's
+    and Python's include folders), so the library's objects match the extensions they join."""
+    import torch.utils.cpp_extension as cpp
+
+    includes = [*cpp.include_paths(), sysconfig.get_path("include", scheme="posix_prefix")]
+    return ["-fPIC", "-std=c++20", *(f"-isystem{path}" for path in includes)]
+
+
+#: Compiler flags of the library (on top of torch's): optimised, symbols hidden.
+LIBRARY_CFLAGS = ("-O2", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
+
+
+class _Library:
+    """One build of ``libaccelkit.a`` for this torch and these sources."""
+
+    def __init__(self) -> None:
+        self.sources = sorted(_csrc_dir().rglob("*.cpp"))
+        headers = sorted([*Path(include_dir()).rglob("*.h"), *_csrc_dir().rglob("*.h")])
+        self.flags = [*LIBRARY_CFLAGS, f"-I{include_dir()}", f"-I{_csrc_dir()}"]
+        digest = _digest([*self.sources, *headers], self.flags)
+        self.dir = cache_root() / f"libaccelkit-{digest}"
+        self.path = self.dir / "libaccelkit.a"
+
+    @property
+    def done(self) -> bool:
+        return self.path.exists() and (self.dir / "ok").exists()
+
+    def build(self) -> None:
+        """Compile every source (ninja, in parallel) and archive them, under the cache lock."""
+        import shlex
+        import shutil
+        import subprocess
+
+        cache_root().mkdir(parents=True, exist_ok=True)
+        with open(cache_root() / "libaccelkit.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.done:
+                return
+            self.dir.mkdir(parents=True, exist_ok=True)
+            cflags = " ".join(shlex.quote(f) for f in [*_torch_cflags(), *self.flags])
+            lines = [f"cxx = {os.environ.get('CXX', 'c++')}", f"cflags = {cflags}",
+                     "rule cxx", "  command = $cxx -MMD -MF $out.d $cflags -c $in -o $out",
+                     "  depfile = $out.d", "  deps = gcc", "rule ar",
+                     "  command = rm -f $out && ar rcs $out $in"]
+            objects = []
+            for src in self.sources:
+                obj = "obj/" + src.relative_to(_csrc_dir()).with_suffix(".o").as_posix()
+                objects.append(obj)
+                lines.append(f"build {obj}: cxx {shlex.quote(str(src))}")
+            lines += [f"build libaccelkit.a: ar {' '.join(objects)}", "default libaccelkit.a", ""]
+            (self.dir / "build.ninja").write_text("\n".join(lines))
+            ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
+            print(f"accelkit: building the C++ layer (libaccelkit.a, {len(self.sources)} files) "
+                  f"for torch {_torch_version()} in {self.dir} (first use; about a minute)",
+                  file=sys.stderr, flush=True)
+            start = time.monotonic()
+            proc = subprocess.run([ninja, "-C", str(self.dir)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"building accelkit's C++ layer failed (ninja exit "
+                                   f"{proc.returncode}) in {self.dir}:\n{proc.stdout[-8000:]}")
+            (self.dir / "ok").write_text(f"{time.monotonic() - start:.1f}s\n")
+            _prune("libaccelkit", keep=self.dir)
+            print(f"accelkit: built the C++ layer in {time.monotonic() - start:.0f} s",
+                  file=sys.stderr, flush=True)
+
+
+def library() -> str:
+    """The path of ``libaccelkit.a``, accelkit's C++ layer compiled for the installed torch,
+    building it first if this torch and these sources have no build yet (about a minute on
+    two cores, once). Link it into every extension that includes accelkit's headers: in a
+    setup.py, ``CppExtension(..., include_dirs=[include_dir()], extra_objects=[library()])``."""
+    lib = _Library()
+    if not lib.done:
+        lib.build()
+    return str(lib.path)
+
+
 class _Build:
     """Where one exact build (torch + sources + headers + flags) of an extension lives."""
 
@@ -79,9 +172,10 @@ class _Build:
         self.name = name
         self.sources = [str(Path(s).resolve()) for s in sources]
         self.includes = [include_dir(), *map(str, include_dirs)]
-        self.flags = ["-O2", "-std=c++17", *cflags]
+        self.flags = ["-O2", *cflags]
+        self.library = library()
         srcs = [Path(s) for s in self.sources]
-        digest = _digest(srcs + _included(srcs, self.includes), self.flags)
+        digest = _digest(srcs + _included(srcs, self.includes) + [Path(self.library)], self.flags)
         self.dir = cache_root() / f"{name}-{digest}"
         self.path = self.dir / f"{name}.so"
 
@@ -109,7 +203,8 @@ class _Build:
               f"(first use; about a minute) in {self.dir}", file=sys.stderr, flush=True)
         start = time.monotonic()
         module = cpp.load(name=self.name, sources=self.sources, extra_include_paths=self.includes,
-                          extra_cflags=self.flags, build_directory=str(self.dir), verbose=False)
+                          extra_cflags=self.flags, extra_ldflags=[self.library],
+                          build_directory=str(self.dir), verbose=False)
         (self.dir / "ok").write_text(f"{time.monotonic() - start:.1f}s\n")
         _prune(self.name, keep=self.dir)
         print(f"accelkit: built {self.name!r} in {time.monotonic() - start:.0f} s",

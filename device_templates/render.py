@@ -193,6 +193,7 @@ def _check_collective_name(cname: str, name: str) -> None:
 #: Every C++ file of ``csrc/`` is taken, so a file the mock adds comes along.
 MOCK_SOURCES: tuple[tuple[str, str], ...] = (
     ("csrc/*", "csrc"),
+    ("csrc/kernels/*", "csrc/kernels"),
     ("mockccl.py", "src/${package}"),
 )
 
@@ -296,7 +297,7 @@ def _extension_mapping(names: Names) -> dict[str, str]:
                 f"{', '.join(EXTENSIONS)}); the renderer takes the {prefix} extension from it")
         ext = EXTENSIONS[key]
         sources = [f"csrc/{_substitute(Path(src).name, names, 'mock_spec.EXTENSIONS')}"
-                   for src in ext["sources"]]
+                   for src in ext["sources"] if Path(src).parent.name != "kernels"]
         mapping[f"{prefix}_sources"] = json.dumps(sources)
         mapping[f"{prefix}_cflags"] = json.dumps(list(ext.get("cflags", [])))
     return mapping
@@ -357,9 +358,15 @@ def render(names: Names) -> dict[str, str]:
 
 
 def _check_sources_built(files: dict[str, str], names: Names) -> None:
-    """Every rendered C++ translation unit must be one setup.py compiles (and vice versa)."""
-    units = {rel for rel in files if rel.startswith("csrc/") and rel.endswith((".cpp", ".cc"))}
-    named = set(re.findall(r'"(csrc/[^"]+\.(?:cpp|cc))"', files["setup.py"]))
+    """Every rendered C++ translation unit must be one setup.py compiles (and vice versa):
+    named in it, or a kernel file (``csrc/kernels/*.cpp``, which it globs)."""
+    units = {rel for rel in files if rel.startswith("csrc/") and rel.endswith((".cpp", ".cc"))
+             and not rel.startswith("csrc/kernels/")}
+    named = set(re.findall(r'"(csrc/[^"*]+\.(?:cpp|cc))"', files["setup.py"]))
+    kernels = any(rel.startswith("csrc/kernels/") for rel in files)
+    if kernels and 'glob("csrc/kernels/*.cpp")' not in files["setup.py"]:
+        raise TemplateError("the mock has kernels in csrc/kernels/ but setup.py of the template "
+                            "does not build them; update device_templates/cuda_like/setup.py.tmpl")
     if units != named:
         raise TemplateError(
             f"setup.py of the template compiles {sorted(named)} but the mock's sources render to "

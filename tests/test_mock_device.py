@@ -16,6 +16,8 @@ import pytest
 from conftest import IN_MOCK_PROCESS, run_module_with_mock
 
 if not IN_MOCK_PROCESS:
+    import re
+
     from conftest import json_result, run_python
 
     @pytest.mark.parametrize("host_accessible", ["1", "0"])
@@ -89,6 +91,12 @@ if not IN_MOCK_PROCESS:
                               env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "0 ERROR, 0 WARNING" in proc.stdout
+        # whose kernel each op has: the mock's own (csrc/kernels/), accelkit's, the fallback's
+        assert re.search(r"PrivateUse1 kernels: 3 the vendor's, \d+ accelkit's, \d+ torch's; "
+                         r"other ops run through accelkit's boxed fallback", proc.stdout)
+        assert re.search(r"vendor +aten::add\.Tensor +\(.*kernels/binary_ops\.cpp:\d+\)",
+                         proc.stdout)
+        assert re.search(r"accelkit +aten::_has_compatible_shallow_copy_type", proc.stdout)
 else:
     import io
     import re
@@ -106,6 +114,54 @@ else:
         assert torch.mock.is_available()
         assert torch.ones(1).mock().is_mock
         assert torch.mock.get_amp_supported_dtype() == [torch.float16, torch.bfloat16]
+
+    def test_module_to_keeps_parameter_identity():
+        """nn.Module.to / Tensor.data swap device tensors into existing Parameters, as on CUDA
+        (the PrivateUse1 kernel of _has_compatible_shallow_copy_type)."""
+        assert torch._has_compatible_shallow_copy_type(torch.empty(2), torch.empty(2, device="mock"))
+        assert torch._has_compatible_shallow_copy_type(torch.empty(2, device="mock"), torch.empty(2))
+        assert not torch._has_compatible_shallow_copy_type(torch.empty(2, device="mock"),
+                                                           torch.empty(2, device="meta"))
+        lin = torch.nn.Linear(2, 2)
+        w = lin.weight
+        lin.to("mock")
+        assert lin.weight is w and w.device.type == "mock"
+        emb, head = torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8, bias=False)
+        head.weight = emb.weight
+        m = torch.nn.Sequential(emb, head).to("mock")
+        assert m[1].weight is m[0].weight and len(list(m.parameters())) == 1
+        p = torch.nn.Parameter(torch.randn(3))
+        p.data = p.data.to("mock")
+        assert p.device.type == "mock"
+        opt_model = torch.nn.Linear(3, 1)
+        opt = torch.optim.SGD(opt_model.parameters(), lr=0.1)  # built before .to()
+        opt_model.to("mock")
+        before = opt_model.weight.detach().cpu().clone()
+        opt_model(torch.ones(2, 3, device="mock")).sum().backward()
+        opt.step()
+        assert not torch.equal(opt_model.weight.detach().cpu(), before)
+
+    def test_sdpa_choice_matches_what_sdpa_runs():
+        """scaled_dot_product_attention on the device takes the math path; _fused_sdp_choice
+        says so (it would answer the CPU's choice through the fallback)."""
+        q = torch.randn(1, 2, 4, 8, device="mock")
+        assert torch._fused_sdp_choice(q, q, q) == 0  # SDPBackend.math
+        ref = torch.nn.functional.scaled_dot_product_attention(q.cpu(), q.cpu(), q.cpu())
+        torch.testing.assert_close(
+            torch.nn.functional.scaled_dot_product_attention(q, q, q).cpu(), ref)
+
+    def test_native_kernel_hands_other_cases_to_the_fallback():
+        """The mock's add/sub/mul kernels (csrc/kernels/binary_ops.cpp) take dense same-shape
+        floating tensors; broadcasting, promotion and views go to accelkit's fallback."""
+        a = torch.arange(6.0).reshape(2, 3)
+        b = torch.full((2, 3), 0.5)
+        ma, mb = a.to("mock"), b.to("mock")
+        for got, want in [(ma + mb, a + b), (ma - mb, a - b), (ma * mb, a * b),
+                          (ma + mb[0], a + b[0]), (ma.t() * mb.t(), a.t() * b.t()),
+                          (ma.int() + 1, a.int() + 1), (torch.add(ma, mb, alpha=2), a + 2 * b),
+                          (ma.double() * mb, a.double() * b)]:
+            assert got.device.type == "mock"
+            assert torch.equal(got.cpu(), want), (got, want)
 
     def test_current_device_per_thread_and_context():
         import threading

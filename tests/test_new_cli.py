@@ -101,7 +101,7 @@ def test_directory_below_a_file(tmp_path, capsys):
     dest = blocker / "pkg"
     code, _, err = _new(capsys, "demo", "--dir", str(dest))
     assert code == 2
-    assert f"accelkit new: cannot write {dest}/MANIFEST.in: Not a directory; 0 of 14 files " \
+    assert f"accelkit new: cannot write {dest}/MANIFEST.in: Not a directory; 0 of 15 files " \
            f"were written to {dest}" in err
     assert blocker.read_text() == "x"
 
@@ -111,13 +111,13 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     code, out, err = _new(capsys, "demo")
     assert code == 0, err
     dest = tmp_path / "torch_demo"
-    assert f"created torch_demo in {dest} (14 files): device 'demo', collective backend " \
+    assert f"created torch_demo in {dest} (15 files): device 'demo', collective backend " \
            "'democcl'" in out
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == [
         "MANIFEST.in", "README.md",
         "csrc/demo_device.cpp", "csrc/demo_runtime.h", "csrc/democcl.cpp",
-        "csrc/democcl_reduce.h", "csrc/democcl_shm.h",
+        "csrc/democcl_reduce.h", "csrc/democcl_shm.h", "csrc/kernels/binary_ops.cpp",
         "pyproject.toml", "setup.py",
         "src/torch_demo/__init__.py", "src/torch_demo/conformance_expectations.toml",
         "src/torch_demo/democcl.py", "src/torch_demo_spec.py", "tox.ini"]
@@ -136,13 +136,17 @@ def test_rendered_package(tmp_path, capsys):
     # The vendor-replaceable parts are the mock's, renamed: nothing of mock/mockccl is left
     # (dccl.py's docstring says where it comes from).
     for rel in ("csrc/demo_runtime.h", "csrc/demo_device.cpp", "csrc/dccl.cpp",
-                "csrc/dccl_shm.h", "csrc/dccl_reduce.h"):
+                "csrc/dccl_shm.h", "csrc/dccl_reduce.h", "csrc/kernels/binary_ops.cpp"):
         assert not re.search("(?i)mock|mockccl", texts[rel]), rel
     assert not re.search("(?i)mock|mockccl", texts["src/torch_demo/dccl.py"].split('"""', 2)[2])
     assert "class DemoRuntime final : public accelkit::Runtime" in texts["csrc/demo_runtime.h"]
     assert 'std::getenv("DEMO_DEVICES")' in texts["csrc/demo_runtime.h"]
     assert '#include "demo_runtime.h"' in texts["csrc/demo_device.cpp"]
-    assert "#include <accelkit/device.h>" in texts["csrc/demo_device.cpp"]
+    assert "accelkit::register_device(*runtime, \"the demo device\");" in \
+        texts["csrc/demo_device.cpp"]
+    assert "#include <accelkit/accelkit.h>" in texts["csrc/kernels/binary_ops.cpp"]
+    assert "ACCELKIT_FALLBACK(add_Tensor, self, other, alpha)" in \
+        texts["csrc/kernels/binary_ops.cpp"]
     assert "#include <accelkit/c10d/backend.h>" in texts["csrc/dccl.cpp"]
     assert '"/dccl_"' in texts["csrc/dccl.cpp"]  # the /dev/shm segment prefix
     assert "from torch_demo import _dccl" in texts["src/torch_demo/dccl.py"]
@@ -152,7 +156,10 @@ def test_rendered_package(tmp_path, capsys):
     assert not copied
     assert "include_dirs=INCLUDE_DIRS" in texts["setup.py"]
     assert "INCLUDE_DIRS = [include_dir()]" in texts["setup.py"]
-    assert "CppExtension(\"torch_demo._C\", [\"csrc/demo_device.cpp\"]" in texts["setup.py"]
+    assert ("CppExtension(\"torch_demo._C\", [\"csrc/demo_device.cpp\"] + "
+            "sorted(glob(\"csrc/kernels/*.cpp\"))") in texts["setup.py"]
+    assert "extra_objects=ACCELKIT" in texts["setup.py"]
+    assert 'os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"' in texts["setup.py"]
     assert "CppExtension(\"torch_demo._dccl\", [\"csrc/dccl.cpp\"]" in texts["setup.py"]
     init = texts["src/torch_demo/__init__.py"]
     assert "device_module = build_device_module(DEVICE_NAME, _C)" in init

@@ -1,6 +1,7 @@
-"""End to end: ``accelkit new demo``, build ``torch_demo`` ahead of time, and prove it works like
-the mock: ``import torch`` loads it, and ``accelkit conformance --backend demo`` at world size 4
-passes every check the mock passes (issue #7).
+"""End to end: ``accelkit new demo``, add a kernel file of the vendor's own, build ``torch_demo``
+ahead of time, and prove it works like the mock: ``import torch`` loads it, the vendor's kernels
+win over accelkit's, and ``accelkit conformance --backend demo`` at world size 4 passes every
+check the mock passes.
 
 The package is installed with ``pip --target`` into a folder of its own, never into the test
 environment: installed there, ``import torch`` would load demo into every later test process
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -26,6 +28,24 @@ from accelkit.cli import main
 CCL = "demoxccl"
 
 
+#: The vendor's second kernel file: `view` (one of accelkit's kernels) done the vendor's way.
+VENDOR_KERNELS = """\
+#include <accelkit/accelkit.h>
+
+#include <ATen/native/TensorShape.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+namespace {
+at::Tensor demo_view(const at::Tensor& self, c10::IntArrayRef size) {
+  return at::native::view(self, size);
+}
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) { m.impl("view", TORCH_FN(demo_view)); }
+"""
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> dict:
     """Render torch_demo and install it into ``<tmp>/site``; the paths and the build time."""
@@ -33,6 +53,9 @@ def demo(tmp_path_factory) -> dict:
     # A collective library name of the vendor's own (not the default "democcl"), so the build
     # proves --collective-backend renders into code that compiles and registers.
     assert main(["new", "demo", "--dir", str(root / "torch_demo"), "--collective-backend", CCL]) == 0
+    # A kernel file of the vendor's own, beside the rendered ones: several translation units
+    # include accelkit's headers, and its `view` replaces accelkit's.
+    (root / "torch_demo" / "csrc" / "kernels" / "demo_views.cpp").write_text(VENDOR_KERNELS)
     site = root / "site"
     start = time.monotonic()
     proc = subprocess.run(
@@ -125,6 +148,13 @@ def test_doctor_demo(demo):
                           capture_output=True, text=True, timeout=300, env=_env(demo["site"]))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"backend 'demo': device 'demo', collectives 'demo:{CCL},cpu:gloo'" in proc.stdout
+    # The vendor's kernels (the rendered binary_ops.cpp and its own demo_views.cpp) win, also
+    # over accelkit's `view`; the rest is accelkit's.
+    assert "PrivateUse1 kernels: 4 the vendor's" in proc.stdout, proc.stdout
+    for op, file in (("aten::add.Tensor", "binary_ops.cpp"), ("aten::view", "demo_views.cpp")):
+        assert re.search(rf"vendor +{re.escape(op)} +\(.*csrc/kernels/{file}:\d+\)", proc.stdout)
+    assert re.search(r"accelkit +aten::uniform_", proc.stdout)
+    assert not re.search(r"accelkit +aten::view\b", proc.stdout)
 
 
 def _conformance(backend: str, site: Path | None, report_dir: Path, *argv: str,
@@ -168,3 +198,24 @@ def test_conformance_demo_passes_what_mock_passes(demo, tmp_path):
                                                  if c["id"] == i))
                    for i, o in others.items() if mock_outcomes[i] == "pass"}
     assert not regressions, f"pass on mock, not on demo (mock, demo, reason): {regressions}"
+
+
+def test_a_broken_install_does_not_block_its_rebuild(demo):
+    """An installed torch_demo that fails to load (here: a bad DEMO_DEVICES) breaks
+    `import torch` in that environment, as torch's autoload does for any backend; the package's
+    own setup.py still runs there (it builds with the autoload off), so `pip install` of the fix
+    works, and TORCH_DEVICE_BACKEND_AUTOLOAD=0 gets torch back."""
+    env = _env(demo["site"], DEMO_DEVICES="100", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    broken = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True,
+                            text=True, timeout=300, env=env)
+    assert broken.returncode != 0
+    assert "Failed to load the backend extension: demo" in broken.stderr
+    assert "DEMO_DEVICES=100 is not a device count" in broken.stderr
+    setup = subprocess.run([sys.executable, "setup.py", "--version"], capture_output=True,
+                           text=True, timeout=600, env=env, cwd=demo["root"] / "torch_demo")
+    assert setup.returncode == 0, setup.stderr[-3000:]
+    assert setup.stdout.strip().splitlines()[-1] == "0.1.0"
+    off = subprocess.run([sys.executable, "-c", "import torch; print(torch.ones(1).sum().item())"],
+                         capture_output=True, text=True, timeout=300,
+                         env={**env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+    assert off.returncode == 0 and off.stdout.strip() == "1.0", off.stderr[-2000:]

@@ -154,3 +154,39 @@ def device_module(ctx):
         assert name == ctx.device_type, f"PrivateUse1 is named {name!r}, expected {ctx.device_type!r}"
         flag = getattr(on_device, f"is_{ctx.device_type}", None)
         assert flag is True, f"Tensor.is_{ctx.device_type} is {flag!r}"
+
+
+@check("registration.module_to_identity", also_at=ALSO_AT)
+def module_to_identity(ctx):
+    """Moving a module to the device keeps its Parameters (nn.Module._apply swaps the data in
+    when torch._has_compatible_shallow_copy_type says the tensors are compatible, as for CUDA;
+    a PrivateUse1 device must register that op, c10/core/TensorImpl.h): Parameter identity,
+    weight tying (one Parameter, not two with diverging gradients), `p.data = t.to(device)`,
+    and an optimizer built before `.to()` still training the model. On cpu the move is a no-op
+    and the check passes trivially."""
+    assert torch._has_compatible_shallow_copy_type(torch.empty(2), torch.empty(2, device=ctx.device))
+    lin = torch.nn.Linear(2, 2)
+    weight = lin.weight
+    lin.to(ctx.device)
+    assert lin.weight is weight, "Linear.to(device) replaced its weight Parameter"
+    assert weight.device == ctx.device, f"the weight is on {weight.device}, expected {ctx.device}"
+    emb, head = torch.nn.Embedding(8, 4), torch.nn.Linear(4, 8, bias=False)
+    head.weight = emb.weight
+    tied = torch.nn.Sequential(emb, head).to(ctx.device)
+    assert tied[1].weight is tied[0].weight, "tying broken by .to(device): two Parameters"
+    assert len(list(tied.parameters())) == 1, "tied model has more than one Parameter"
+    p = torch.nn.Parameter(torch.ones(3))
+    p.data = p.data.to(ctx.device)
+    assert p.device == ctx.device, f"Parameter.data = device tensor left it on {p.device}"
+    model, ref = torch.nn.Linear(3, 1), torch.nn.Linear(3, 1)
+    ref.load_state_dict(model.state_dict())
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)  # built before the move, as users do
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.5)
+    model.to(ctx.device)
+    x = torch.arange(6.0).reshape(2, 3)
+    model(x.to(ctx.device)).pow(2).sum().backward()
+    ref(x).pow(2).sum().backward()
+    opt.step()
+    ref_opt.step()
+    assert_equal(model.weight.detach(), ref.weight.detach(),
+                 "weight after one SGD step of an optimizer built before .to(device)")

@@ -525,3 +525,41 @@ def comm_counts(ctx):
             out.sum().backward()
         assert _counts(fwd) == fwd_expected, f"{what} forward: {_counts(fwd)}, expected {fwd_expected}"
         assert _counts(bwd) == bwd_expected, f"{what} backward: {_counts(bwd)}, expected {bwd_expected}"
+
+
+class TiedLM(nn.Module):
+    """An embedding and an output head sharing one weight (vocab x dim), as language models do."""
+
+    VOCAB, WIDTH = 16, 8
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(self.VOCAB, self.WIDTH)
+        self.head = nn.Linear(self.WIDTH, self.VOCAB, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.embed(tokens)))
+
+
+@check("tp.tied_weights", also_at=ALSO_AT)
+def tied_weights(ctx):
+    """A tied embedding/output head moved to the device stays tied (one Parameter: .to() keeps
+    identity through torch._has_compatible_shallow_copy_type), and after parallelize_module
+    (embedding RowwiseParallel, head ColwiseParallel, both Shard(0) of the vocab, re-tied as
+    torch's TP examples do) forward output and the tied weight's gradient (both uses summed)
+    equal the single-device model."""
+    mesh = ctx.mesh((ctx.world_size,))
+    ref, model = _pair(ctx, TiedLM, 30)
+    assert model.head.weight is model.embed.weight, "tying broken by .to(device)"
+    parallelize_module(model, mesh, {"embed": RowwiseParallel(input_layouts=Replicate()),
+                                     "head": ColwiseParallel(output_layouts=Replicate())})
+    model.head.weight = model.embed.weight
+    assert model.embed.weight.placements == (Shard(0),)
+    tokens = torch.randint(0, TiedLM.VOCAB, (3, 5), generator=torch.Generator().manual_seed(31))
+    out, expected = model(tokens.to(ctx.device)), ref(tokens)
+    assert_close(out, expected, "tied LM forward")
+    out.pow(2).sum().backward()
+    expected.pow(2).sum().backward()
+    assert_close(_full(model.embed.weight.grad), ref.embed.weight.grad,
+                 "gradient of the tied weight (embedding + head)")

@@ -6,7 +6,6 @@
 // (capacity per device, default 8GiB; suffixes B, KB/MB/GB/TB (powers of 1000),
 // K/M/G/T and KiB/MiB/GiB/TiB (powers of 1024)), ACCELKIT_MOCK_HOST_ACCESSIBLE=0 (pretend the
 // memory is not host-accessible, which exercises the copying paths a discrete device takes).
-// See issue #4.
 #pragma once
 
 #include <accelkit/runtime.h>

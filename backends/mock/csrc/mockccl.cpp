@@ -1,8 +1,9 @@
 // mockccl: the mock device's collective library, as a Python module (accelkit_mock_mockccl).
 //
-// `Backend(store, rank, size, timeout_ms, device)` connects the ranks of one process group
-// through the c10d Store and returns a c10d::Backend (accelkit/c10d/backend.h) running on the
-// shared-memory transport (mockccl_shm.h). Connecting (issue #5):
+// `Backend(store, rank, size, timeout_ms, device)` (accelkit::c10d::bind_collectives) connects
+// the ranks of one process group through the c10d Store and returns a c10d::Backend
+// (<accelkit/c10d/backend.h>) running on the shared-memory transport (mockccl_shm.h).
+// Connecting:
 //   1. every rank publishes its hostname; ranks on different hosts fail with the host names
 //      (mockccl is one-host);
 //   2. rank 0 creates /dev/shm/accelkit_mockccl_<pid>_<n>_<random>, reserves its memory (so a full
@@ -22,10 +23,8 @@
 #include <string>
 #include <vector>
 
-#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/utils/pybind.h>
-#include <torch/python.h>
 
 #include <accelkit/c10d/backend.h>
 
@@ -231,41 +230,10 @@ std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& s
   return std::make_unique<ShmTransport>(rank, size, seg.release(), ctl->chunk, ctl->p2p_chunk);
 }
 
-// Backend options that Python can deep-copy (torch.distributed.split_group does).
-struct Options : ::c10d::Backend::Options {
-  Options(std::string backend, std::chrono::milliseconds timeout)
-      : ::c10d::Backend::Options(std::move(backend), timeout) {}
-};
-
 }  // namespace mockccl
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  namespace py = pybind11;
-  using accelkit::c10d::TransportBackend;
   m.doc() = "mockccl: the mock device's collective library (shared memory, one host)";
   m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mockccl::kSegmentPrefix;
-  py::class_<TransportBackend, ::c10d::Backend, c10::intrusive_ptr<TransportBackend>>(m, "Backend")
-      .def(py::init([](const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                       int64_t timeout_ms, const std::string& device) {
-             return c10::make_intrusive<TransportBackend>(
-                 mockccl::connect, store, rank, size, std::chrono::milliseconds(timeout_ms),
-                 c10::Device(device).type(), mockccl::kName);
-           }),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_ms"),
-           py::arg("device"), py::call_guard<py::gil_scoped_release>())
-      // new_group() on a rank outside the new group calls this on the default group's backend
-      // when that supports splitting (written for NCCL's ncclCommSplit); nothing to do here:
-      // mockccl groups connect only their members.
-      .def("perform_nocolor_split", [](TransportBackend&, const at::Device&) {})
-      // split_group deep-copies the parent backend's options (the base Options type cannot be
-      // copied from Python), so hand out a copy that can.
-      .def_property_readonly("options", [](TransportBackend& self) {
-        auto opts = self.getBackendOptions();
-        return c10::make_intrusive<mockccl::Options>(opts->backend, opts->timeout);
-      });
-  py::class_<mockccl::Options, ::c10d::Backend::Options, c10::intrusive_ptr<mockccl::Options>>(
-      m, "Options")
-      .def("__deepcopy__", [](const mockccl::Options& self, py::dict) {
-        return c10::make_intrusive<mockccl::Options>(self.backend, self.timeout);
-      });
+  accelkit::c10d::bind_collectives(m, mockccl::kName, mockccl::connect);
 }

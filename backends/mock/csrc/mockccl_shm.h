@@ -1,5 +1,5 @@
 // mockccl's transport: the ranks of one host exchange data through one shared-memory segment per
-// process group (issue #5). This is the file a vendor replaces with calls into their
+// process group. This is the file a vendor replaces with calls into their
 // collective library; <accelkit/c10d/backend.h> stays.
 //
 // Segment layout (offsets computed from the group size and the chunk size):
@@ -157,6 +157,19 @@ class ShmTransport : public accelkit::c10d::Transport {
 
   void shutdown() override {}
 
+  // Local calls raise from now on; peers' calls with this group raise too (aborted_by), and
+  // every sleeper is woken to notice.
+  void abort(const std::string& reason) override {
+    aborted_ = true;
+    int32_t expected = 0;
+    if (ctl_->aborted_by.compare_exchange_strong(expected, rank_ + 1)) {
+      std::strncpy(ctl_->reason, reason.c_str(), sizeof(ctl_->reason) - 1);
+    }
+    set_broken("mockccl: " + reason);
+    ring();
+    futex_wake_all(&ctl_->bell);
+  }
+
   void barrier(const CallInfo& call) override {
     begin(call);
     sync(call);
@@ -281,9 +294,12 @@ class ShmTransport : public accelkit::c10d::Transport {
     } while (off < total);
   }
 
+  // A receive holds its peer's claim for the whole message, so a recv(peer) and a
+  // recv_any on other threads never take the same message (or parts of one).
   void recv(const CallInfo& call, void* buf, int peer, int tag) override {
     check_usable(call);
     Deadline deadline(call.timeout);
+    std::lock_guard<std::mutex> claim(recv_claims_[peer]);
     receive_from(call, deadline, buf, peer, tag);
   }
 
@@ -291,13 +307,17 @@ class ShmTransport : public accelkit::c10d::Transport {
     check_usable(call);
     Deadline deadline(call.timeout);
     int from = -1;
+    std::unique_lock<std::mutex> claim;
     wait_for(call, deadline, [&] {
       for (int p = 0; p < size_; ++p) {
         if (p == rank_) continue;
+        std::unique_lock<std::mutex> lock(recv_claims_[p], std::try_to_lock);
+        if (!lock.owns_lock()) continue;  // a recv(p) is taking p's messages
         Mailbox& box = mailbox(p, rank_);
         if (box.posted.load(std::memory_order_acquire) > box.taken.load(std::memory_order_relaxed) &&
             box.first && box.tag == tag) {
           from = p;
+          claim = std::move(lock);
           return true;
         }
       }
@@ -480,6 +500,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     }
     for (int i = 0; i < kYields; ++i) {
       if (ready()) return;
+      if (aborted_) break;
       sched_yield();
     }
     auto next_liveness_check = std::chrono::steady_clock::now();
@@ -525,7 +546,16 @@ class ShmTransport : public accelkit::c10d::Transport {
 
   void check_aborted(const CallInfo& call) {
     const int by = ctl_->aborted_by.load(std::memory_order_acquire);
-    if (by == 0) return;
+    if (by == 0 && !aborted_) return;
+    if (by == 0 || by - 1 == rank_) {  // this rank aborted (or failed) the group
+      std::string msg;
+      {
+        std::lock_guard<std::mutex> lock(broken_mutex_);
+        msg = broken_;
+      }
+      C10_THROW_ERROR(DistBackendError, "mockccl: " + describe(call) + " on rank " +
+                                            std::to_string(rank_) + " aborted: " + msg);
+    }
     std::string why(ctl_->reason, strnlen(ctl_->reason, sizeof(ctl_->reason)));
     std::string msg = "mockccl: " + describe(call) + " aborted on rank " + std::to_string(rank_) +
                       ": rank " + std::to_string(by - 1) + " aborted the group: " + why;
@@ -668,6 +698,8 @@ class ShmTransport : public accelkit::c10d::Transport {
   std::unique_ptr<Deadline> deadline_;  // of the current collective
   std::mutex broken_mutex_;
   std::string broken_;  // the first failure; every later call raises it
+  std::atomic<bool> aborted_{false};  // abort() was called on this rank
+  std::unique_ptr<std::mutex[]> recv_claims_{new std::mutex[size_]};  // per sending peer
 };
 
 }  // namespace mockccl

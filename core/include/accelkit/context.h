@@ -1,67 +1,46 @@
-// Per-thread current device, device-index validation and naming (the CUDA context model:
-// cudaSetDevice is per thread, device 0 by default). Device-name agnostic: the name is the
-// one PrivateUse1 was renamed to. Part of the accelkit C++ layer (issue #4).
+// The device context: per-thread current device (the CUDA model: cudaSetDevice is per thread,
+// device 0 by default), device-index validation with CUDA's message, the device's name (the
+// one PrivateUse1 was renamed to) and the "initialized" flag DeviceMesh reads.
 #pragma once
 
 #include <accelkit/runtime.h>
 
-#include <c10/core/Device.h>
 #include <c10/core/DeviceType.h>
-#include <c10/util/Exception.h>
 
-#include <atomic>
+#include <cstdint>
 #include <string>
 
 namespace accelkit {
 
 constexpr c10::DeviceType kDeviceType = c10::DeviceType::PrivateUse1;
 
-inline std::string device_name() { return c10::get_privateuse1_backend(); }
+// The device type's name ("mock"; torch.utils.rename_privateuse1_backend).
+std::string device_name();
 
-inline int device_count() noexcept {
-  static const int count = runtime().device_count();
-  return count;
-}
+// Number of devices (Runtime::device_count, read once at registration).
+int device_count() noexcept;
 
 // True once any device was used (a tensor allocated, the current device set): the cuda-like
 // is_initialized() that DeviceMesh reads before choosing each rank's device.
-inline std::atomic<bool>& initialized_flag() {
-  static std::atomic<bool> flag{false};
-  return flag;
-}
+bool initialized() noexcept;
+void mark_initialized() noexcept;
 
-// CUDA raises RuntimeError "CUDA error: invalid device ordinal"; so do we, with the count
-// and the fix.
-inline void check_device_index(int64_t index) {
-  const int count = device_count();
-  TORCH_CHECK(index >= 0 && index < count, device_name(),
-                    " error: invalid device ordinal: device ", index, " requested but ", count,
-                    " ", device_name(), " device", count == 1 ? " is" : "s are",
-                    " available (valid indices 0..", count - 1, "). ",
-                    runtime().device_count_hint());
-}
+// Raises CUDA's "invalid device ordinal" error, with the count and the fix, for an index
+// outside 0..device_count()-1.
+void check_device_index(int64_t index);
 
-inline int& thread_current_device() {
-  thread_local int current = 0;
-  return current;
-}
+// The calling thread's current device.
+int current_device() noexcept;
 
-inline int current_device() { return thread_current_device(); }
+// Make `index` the calling thread's current device (validated; marks the device initialized;
+// calls Runtime::set_device when it changes).
+void set_current_device(int index);
 
-inline void set_current_device(int index) {
-  check_device_index(index);
-  initialized_flag() = true;
-  if (thread_current_device() != index) {
-    runtime().set_device(index);
-    thread_current_device() = index;
-  }
-}
+// Change the thread's current index without validation or driver call (restoring a saved
+// index, DeviceGuardImplInterface::uncheckedSetDevice).
+void set_current_device_unchecked(int index) noexcept;
 
-// Index of a device argument that may be -1 ("the current device").
-inline int resolve_index(int64_t index) {
-  if (index < 0) return current_device();
-  check_device_index(index);
-  return static_cast<int>(index);
-}
+// Index of a device argument that may be negative ("the current device").
+int resolve_index(int64_t index);
 
 }  // namespace accelkit

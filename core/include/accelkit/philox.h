@@ -1,5 +1,5 @@
 // Counter-based Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11) and the word stream the native random kernels draw from (issue #4).
+// SC'11) and the word stream the native random kernels draw from.
 //
 // Stream layout ("offset-exact"): a random op that starts at generator offset `o` gives
 // element i the `m` 32-bit words (m = 1, 2 or 4, fixed per kernel and dtype) at word index
@@ -18,30 +18,37 @@ namespace accelkit::philox {
 constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
 constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 
-// Fill out[0 .. 4*nblocks) with blocks first_block, first_block+1, ... (lane-interleaved).
+// One Philox4x32-10 block: 10 rounds on counter `c` with key `k`, in place (the function the
+// Random123 known-answer vectors test).
+inline void block(uint32_t c[4], const uint32_t key[2]) {
+  uint32_t k0 = key[0], k1 = key[1];
+  for (int round = 0; round < 10; ++round) {
+    const uint64_t p0 = static_cast<uint64_t>(kM0) * c[0];
+    const uint64_t p1 = static_cast<uint64_t>(kM1) * c[2];
+    const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c[1] ^ k0;
+    const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c[3] ^ k1;
+    c[1] = static_cast<uint32_t>(p1);
+    c[3] = static_cast<uint32_t>(p0);
+    c[0] = n0;
+    c[2] = n2;
+    k0 += kW0;
+    k1 += kW1;
+  }
+}
+
+// Fill out[0 .. 4*nblocks) with blocks first_block, first_block+1, ... (lane-interleaved): the
+// block with counter (ctr low word, ctr high word, 0, 0) and key (key low word, key high word).
 // Scalar reference; blocks() below uses SSE2/AVX2 when the CPU has them (same values).
 inline void blocks_scalar(uint64_t key, uint64_t first_block, int64_t nblocks, uint32_t* out) {
+  const uint32_t k[2] = {static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)};
   for (int64_t b = 0; b < nblocks; ++b) {
     const uint64_t ctr = first_block + static_cast<uint64_t>(b);
-    uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0,
-             c3 = 0;
-    uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-    for (int round = 0; round < 10; ++round) {
-      const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
-      const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-      c1 = static_cast<uint32_t>(p1);
-      c3 = static_cast<uint32_t>(p0);
-      c0 = n0;
-      c2 = n2;
-      k0 += kW0;
-      k1 += kW1;
-    }
-    out[4 * b] = c0;
-    out[4 * b + 1] = c1;
-    out[4 * b + 2] = c2;
-    out[4 * b + 3] = c3;
+    uint32_t* c = out + 4 * b;
+    c[0] = static_cast<uint32_t>(ctr);
+    c[1] = static_cast<uint32_t>(ctr >> 32);
+    c[2] = 0;
+    c[3] = 0;
+    block(c, k);
   }
 }
 

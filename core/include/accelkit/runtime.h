@@ -1,11 +1,12 @@
 // accelkit runtime interface: the part of a PrivateUse1 device a vendor replaces with calls
-// into their driver. Everything else in <accelkit/*.h> (allocator, guard, streams, generator,
-// hooks, kernels, fallback) is written against this interface and knows no device name: the
-// name comes from torch.utils.rename_privateuse1_backend (c10::get_privateuse1_backend()).
+// into their driver. Everything else in accelkit's C++ layer (allocator, guard, streams,
+// generator, hooks, kernels, fallback) is written against this interface and knows no device
+// name: the name comes from torch.utils.rename_privateuse1_backend
+// (c10::get_privateuse1_backend()).
 //
-// A backend defines exactly one `accelkit::Runtime& accelkit::runtime()` in the translation
-// unit that includes <accelkit/device.h>. See backends/mock/csrc/mock_runtime.h for the
-// host-memory reference implementation (issue #4).
+// A backend hands its Runtime to accelkit::register_device (<accelkit/register.h>) once, from
+// its extension's init. See backends/mock/csrc/mock_runtime.h for the reference
+// implementation over host memory.
 #pragma once
 
 #include <cstddef>
@@ -57,8 +58,8 @@ class Runtime {
   // True when device memory is ordinary host memory the CPU can read and write (the mock,
   // unified-memory parts). The layer then runs ops without a native kernel as CPU kernels
   // directly on device memory (zero copy); otherwise it runs them on host copies of the
-  // arguments and copies results back (<accelkit/fallback.h>), and generates random numbers
-  // on the host, then copies them.
+  // arguments and copies results back (the fallback), and generates random numbers on the
+  // host, then copies them.
   virtual bool host_accessible() const noexcept = 0;
 
   // A sentence appended to out-of-memory and invalid-device errors saying how to change
@@ -67,7 +68,7 @@ class Runtime {
   virtual std::string device_count_hint() const { return ""; }
 };
 
-// Defined once by the backend (e.g. backends/mock/csrc/mock_device.cpp).
+// The runtime registered with accelkit::register_device; raises if there is none.
 Runtime& runtime();
 
 }  // namespace accelkit

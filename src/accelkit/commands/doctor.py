@@ -1,6 +1,7 @@
-"""``accelkit doctor BACKEND``: set the backend up in this process and run the device-handle
-checker on its device; exit 1 when the report has errors, 2 when the backend cannot be found,
-is unavailable on this host (e.g. cuda without a GPU) or cannot be set up."""
+"""``accelkit doctor BACKEND``: set the backend up in this process, run the device-handle
+checker on its device and, for a PrivateUse1 device, list whose kernel each op has (accelkit's
+C++ layer or the vendor's); exit 1 when the report has errors, 2 when the backend cannot be
+found, is unavailable on this host (e.g. cuda without a GPU) or cannot be set up."""
 
 from __future__ import annotations
 
@@ -37,4 +38,33 @@ def run(args: argparse.Namespace) -> int:
           f"{spec.process_group_backend!r}")
     report = check_device_handle(spec.device_type)
     print(report.render())
+    if spec.device_type == torch_privateuse1_name():
+        print(render_kernels())
     return 0 if report.ok else 1
+
+
+def torch_privateuse1_name() -> str:
+    import torch
+
+    return torch._C._get_privateuse1_backend_name()
+
+
+def render_kernels() -> str:
+    """The PrivateUse1 kernels by owner: the vendor's (with their file), accelkit's, torch's."""
+    from accelkit.core.kernels import fallback_owner, privateuse1_kernels
+
+    kernels = privateuse1_kernels()
+    by_owner: dict[str, list] = {}
+    for k in kernels:
+        by_owner.setdefault(k.owner, []).append(k)
+    fallback = fallback_owner()
+    lines = [f"PrivateUse1 kernels: {len(by_owner.get('vendor', []))} the vendor's, "
+             f"{len(by_owner.get('accelkit', []))} accelkit's, "
+             f"{len(by_owner.get('torch', []))} torch's; other ops run through "
+             + ("no fallback (they fail)" if fallback is None
+                else f"{fallback.owner}'s boxed fallback ({fallback.site})")]
+    for k in by_owner.get("vendor", []):
+        lines.append(f"  vendor    {k.op}  ({k.site})")
+    for k in by_owner.get("accelkit", []):
+        lines.append(f"  accelkit  {k.op}")
+    return "\n".join(lines)

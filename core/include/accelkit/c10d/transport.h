@@ -2,7 +2,7 @@
 // calls into their collective library (NCCL, HCCL, XCCL, ...). <accelkit/c10d/backend.h> turns
 // c10d's tensor-list API (views, non-contiguous tensors, AVG, PREMUL_SUM, coalescing, Work and
 // futures, per-op timeouts) into these calls on dense buffers, so a transport only moves and
-// reduces bytes. The mock's shared-memory transport is backends/mock/csrc/mockccl_shm.h (issue #5).
+// reduces bytes. The mock's shared-memory transport is backends/mock/csrc/mockccl_shm.h.
 //
 // Contract for every collective call:
 //  * All ranks of the group call the same collective with the same CallInfo (seq, kind, dtype,
@@ -12,7 +12,9 @@
 //  * The call returns when `out` holds the result, or throws c10::DistBackendError naming the
 //    collective, the sequence number and, for timeouts, the ranks that never arrived.
 //  * Calls come from one thread per group, in order. send/recv may come from other threads
-//    (one per peer and direction), concurrently with collectives.
+//    (one per peer and direction, and one for receives from any source), concurrently with
+//    collectives; a message is taken by exactly one receive.
+//  * abort() may come from any thread while calls run.
 #pragma once
 
 #include <chrono>
@@ -105,6 +107,12 @@ class Transport {
   virtual void recv(const CallInfo& call, void* buf, int peer, int tag) = 0;
   // Receive from whichever peer sends first with `tag`; returns that peer's rank.
   virtual int recv_any(const CallInfo& call, void* buf, int tag) = 0;
+
+  // Make every call in flight, and every later call, raise c10::DistBackendError promptly
+  // (within moments, not at its timeout), naming `reason`; peers' calls that need this rank
+  // should fail promptly too where the library can tell them. May be called from any thread
+  // while calls run (teardown with operations in flight). NCCL: ncclCommAbort.
+  virtual void abort(const std::string& reason) = 0;
 
   // Release shared resources. Called once, after the last call returned; idempotent.
   virtual void shutdown() = 0;

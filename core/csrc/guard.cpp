@@ -1,14 +1,13 @@
-// Device guard, streams and events for the PrivateUse1 device (issue #4).
-//
-// The CUDA model: a per-thread current device, a per-thread current stream per device
-// (stream 0 is the default stream), new streams from a per-device counter, events that
-// record a timestamp so torch.Event.elapsed_time works. Execution is synchronous (every
-// runtime call completes before returning), so waiting on a stream or event returns at once
-// after Runtime::synchronize; a vendor with asynchronous queues maps streams and events to
-// the driver's (CUDA: cudaStreamCreate / cudaEventRecord / cudaStreamWaitEvent).
-#pragma once
-
+// The device guard for PrivateUse1: the CUDA model of a per-thread current device, a
+// per-thread current stream per device (stream 0 is the default stream), new streams from a
+// per-device counter, events that record a timestamp so torch.Event.elapsed_time works.
+// Execution is synchronous (every runtime call completes before returning), so waiting on a
+// stream or event returns at once after Runtime::synchronize; a vendor with asynchronous
+// queues maps streams and events to the driver's (CUDA: cudaStreamCreate / cudaEventRecord /
+// cudaStreamWaitEvent).
 #include <accelkit/context.h>
+
+#include "registry.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
@@ -18,6 +17,7 @@
 #include <vector>
 
 namespace accelkit {
+namespace {
 
 struct Event {
   int device;
@@ -26,7 +26,7 @@ struct Event {
   double time_ms = 0.0;
 };
 
-inline double now_ms() {
+double now_ms() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
@@ -49,7 +49,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
   void uncheckedSetDevice(c10::Device d) const noexcept override {
     if (d.has_index() && d.index() >= 0 && d.index() < device_count()) {
-      thread_current_device() = d.index();
+      set_current_device_unchecked(d.index());
     }
   }
 
@@ -133,5 +133,11 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return ids;
   }
 };
+
+}  // namespace
+
+void detail::register_guard() {
+  static c10::impl::DeviceGuardImplRegistrar registrar(kDeviceType, new GuardImpl());
+}
 
 }  // namespace accelkit

@@ -1,10 +1,11 @@
-// Native kernels every PrivateUse1 device needs (the minimum set of the facts note): tensor
-// creation, metadata-only views, resize_/set_, copies between host and device and between
-// devices, and reading a scalar. Everything else goes through <accelkit/fallback.h> (issue #4).
-#pragma once
-
-#include <accelkit/allocator.h>
+// Native kernels every PrivateUse1 device needs: tensor creation, metadata-only views,
+// resize_/set_, copies between host and device and between devices, reading a scalar,
+// convolutions (torch sends non-CPU/CUDA backends to the *_overrideable ops), and the
+// PrivateUse1 hooks torch implements as ops (_has_compatible_shallow_copy_type,
+// _fused_sdp_choice). Everything else goes through the fallback (fallback.cpp).
 #include <accelkit/host_tensor.h>
+
+#include "registry.h"
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
@@ -14,9 +15,10 @@
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
 
-namespace accelkit::kernels {
+namespace accelkit {
+namespace {
 
-inline at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                       std::optional<at::Layout> layout,
                                       std::optional<at::Device> device,
                                       std::optional<bool> /*pin_memory*/,
@@ -25,12 +27,12 @@ inline at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::S
               " tensors support only the strided layout, got ", *layout);
   const int index = resolve_index(device.has_value() ? device->index() : -1);
   c10::DeviceGuard guard(c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(index)));
-  return at::detail::empty_generic(size, &DeviceAllocator::get(),
+  return at::detail::empty_generic(size, device_allocator(),
                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), memory_format);
 }
 
-inline at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
                                 std::optional<at::ScalarType> dtype,
                                 std::optional<at::Layout> layout,
                                 std::optional<at::Device> device,
@@ -39,27 +41,27 @@ inline at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
               " tensors support only the strided layout, got ", *layout);
   const int index = resolve_index(device.has_value() ? device->index() : -1);
   c10::DeviceGuard guard(c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(index)));
-  return at::detail::empty_strided_generic(size, stride, &DeviceAllocator::get(),
+  return at::detail::empty_strided_generic(size, stride, device_allocator(),
                                            c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                            c10::dtype_or_default(dtype));
 }
 
-inline at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size,
+at::Tensor as_strided(const at::Tensor& self, c10::IntArrayRef size,
                              c10::IntArrayRef stride, std::optional<int64_t> storage_offset) {
   return at::native::as_strided_tensorimpl(self, size, stride, storage_offset);
 }
 
-inline at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
+at::Tensor view(const at::Tensor& self, c10::IntArrayRef size) {
   return at::native::view(self, size);
 }
 
-inline at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size,
+at::Tensor reshape_alias(const at::Tensor& self, c10::IntArrayRef size,
                                 c10::IntArrayRef stride) {
   return at::native::_reshape_alias(self, size, stride);
 }
 
 // Make the storage hold at least what sizes/strides/offset of `self` address.
-inline void ensure_storage(const at::Tensor& self) {
+void ensure_storage(const at::Tensor& self) {
   const size_t needed = at::detail::computeStorageNbytes(
       self.sizes(), self.strides(), self.dtype().itemsize(),
       static_cast<size_t>(self.storage_offset()));
@@ -67,7 +69,7 @@ inline void ensure_storage(const at::Tensor& self) {
   if (needed > storage->nbytes()) resize_bytes(storage, needed);
 }
 
-inline const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
                                  std::optional<at::MemoryFormat> memory_format) {
   for (int64_t s : size) {
     TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
@@ -85,7 +87,7 @@ inline const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size,
   return self;
 }
 
-inline at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int64_t offset,
                                       c10::IntArrayRef size, c10::IntArrayRef stride) {
   TORCH_CHECK(source.device().type() == kDeviceType, "set_: expected a ", device_name(),
               " storage, got a storage on ", source.device());
@@ -99,28 +101,28 @@ inline at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, int
   return self;
 }
 
-inline at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
   const int64_t numel = static_cast<int64_t>(source.nbytes() / self.dtype().itemsize());
   const int64_t size[] = {numel};
   const int64_t stride[] = {1};
   return set_storage_offset(self, std::move(source), 0, size, stride);
 }
 
-inline at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
   if (self.unsafeGetTensorImpl() == source.unsafeGetTensorImpl()) return self;
   return set_storage_offset(self, source.storage(), source.storage_offset(), source.sizes(),
                             source.strides());
 }
 
-inline at::Tensor& set_empty(at::Tensor& self) {
-  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, &DeviceAllocator::get(), true);
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, device_allocator(), true);
   const int64_t size[] = {0};
   const int64_t stride[] = {1};
   return set_storage_offset(self, std::move(empty), 0, size, stride);
 }
 
 // copy_ with a device tensor on one side (torch routes every such copy here).
-inline at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
                             bool /*non_blocking*/) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
@@ -154,12 +156,12 @@ inline at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
   return dst;
 }
 
-inline at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   dst.resize_(self.sizes());
   return copy_from(self, dst, false);
 }
 
-inline at::Scalar local_scalar_dense(const at::Tensor& self) {
+at::Scalar local_scalar_dense(const at::Tensor& self) {
   if (runtime().host_accessible()) return at::_local_scalar_dense(host_view(self));
   at::Tensor one = at::empty({}, self.options().device(c10::DeviceType::CPU));
   runtime().copy(one.data_ptr(), kHost,
@@ -171,7 +173,7 @@ inline at::Scalar local_scalar_dense(const at::Tensor& self) {
 
 // Convolutions: torch sends every non-CPU/CUDA backend to the *_overrideable ops, which have
 // no CPU kernel to fall back to; run the CPU convolution on host tensors.
-inline at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
+at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                               const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
                               c10::IntArrayRef padding, c10::IntArrayRef dilation,
                               bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
@@ -182,7 +184,7 @@ inline at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
                   input.device().index());
 }
 
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
     c10::IntArrayRef stride, c10::IntArrayRef padding, c10::IntArrayRef dilation,
     bool transposed, c10::IntArrayRef output_padding, int64_t groups,
@@ -195,4 +197,56 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
   return {from_cpu(gi, device), from_cpu(gw, device), from_cpu(gb, device)};
 }
 
-}  // namespace accelkit::kernels
+
+// _has_compatible_shallow_copy_type: whether `from`'s data may be swapped into `self`
+// (Tensor.data = ..., nn.Module._apply keeping Parameter identity, torch.utils.swap_tensors).
+// c10::TensorImpl::has_compatible_shallow_copy_type counts only torch's built-in dense
+// backends and names this op as the PrivateUse1 hook; the op's CompositeImplicitAutograd
+// kernel never reaches the boxed fallback. As for CUDA: two dense strided tensors of any
+// dense backend (CPU, CUDA, ..., PrivateUse1) are compatible; meta, sparse and others are not.
+bool dense_strided(const at::Tensor& t) {
+  constexpr auto backends = c10::DispatchKeySet(
+      {c10::BackendComponent::CPUBit, c10::BackendComponent::CUDABit,
+       c10::BackendComponent::MPSBit, c10::BackendComponent::HIPBit,
+       c10::BackendComponent::XPUBit, c10::BackendComponent::HPUBit,
+       c10::BackendComponent::MTIABit, c10::BackendComponent::PrivateUse1Bit});
+  const c10::DispatchKeySet keys = t.key_set();
+  return keys.has_any(c10::DispatchKeySet(c10::DispatchKey::Dense)) && keys.has_any(backends);
+}
+
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  return dense_strided(self) && dense_strided(from);
+}
+
+// scaled_dot_product_attention picks its implementation through _fused_sdp_choice_stub, which
+// has no PrivateUse1 entry, so it takes the math path; the op _fused_sdp_choice itself would
+// reach the CPU kernel through the fallback and answer "flash". Answer what SDPA does.
+int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                         const std::optional<at::Tensor>&, double, bool, std::optional<double>,
+                         bool) {
+  return 0;  // sdp::SDPBackend::math
+}
+
+}  // namespace
+
+void detail::register_kernels(KernelTable& m) {
+  m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
+  m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("as_strided", TORCH_FN(as_strided));
+  m.impl("view", TORCH_FN(view));
+  m.impl("_reshape_alias", TORCH_FN(reshape_alias));
+  m.impl("resize_", TORCH_FN(resize_));
+  m.impl("set_.source_Storage", TORCH_FN(set_storage));
+  m.impl("set_.source_Storage_storage_offset", TORCH_FN(set_storage_offset));
+  m.impl("set_.source_Tensor", TORCH_FN(set_tensor));
+  m.impl("set_", TORCH_FN(set_empty));
+  m.impl("_copy_from", TORCH_FN(copy_from));
+  m.impl("_copy_from_and_resize", TORCH_FN(copy_from_and_resize));
+  m.impl("_local_scalar_dense", TORCH_FN(local_scalar_dense));
+  m.impl("convolution_overrideable", TORCH_FN(convolution));
+  m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
+  m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
+  m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+}
+
+}  // namespace accelkit

@@ -1,17 +1,17 @@
 // Native random kernels drawing from the device's Philox generator, offset-exact (see
 // <accelkit/philox.h>): uniform_, normal_, bernoulli_ (float and tensor p), random_ (all
 // overloads), exponential_, log_normal_, cauchy_, geometric_, normal (tensor mean/std) and
-// native_dropout; rand/randn/randint/*_like, bernoulli, dropout and nn.init.* reach them
-// (issue #4). Each op reserves ceil4(numel) of the generator's offset.
+// native_dropout; rand/randn/randint/*_like, bernoulli, dropout and nn.init.* reach them.
+// Each op reserves ceil4(numel) of the generator's offset.
 //
 // Numbers are generated on the host: straight into the tensor when it is contiguous host
 // memory, else into a contiguous CPU buffer copied in (a vendor with device-side Philox
 // replaces fill() with a kernel launch taking (seed, offset)).
-#pragma once
-
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
 #include <accelkit/philox.h>
+
+#include "registry.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
@@ -20,8 +20,10 @@
 
 #include <cmath>
 #include <limits>
+#include <mutex>
 
-namespace accelkit::random {
+namespace accelkit {
+namespace {
 
 // Run f(i, words) for every element i in [0, n), in parallel chunks (the values do not depend
 // on the chunking).
@@ -74,12 +76,12 @@ void fill_uniform(at::Tensor& out, uint64_t seed, uint64_t offset, const Op& op)
   });
 }
 
-inline void check_floating(const at::Tensor& self, const char* op) {
+void check_floating(const at::Tensor& self, const char* op) {
   TORCH_CHECK(at::isFloatingType(self.scalar_type()), op,
               " is only implemented for floating point types, got ", self.scalar_type());
 }
 
-inline at::Tensor& uniform_(at::Tensor& self, double from, double to,
+at::Tensor& uniform_(at::Tensor& self, double from, double to,
                             std::optional<at::Generator> gen) {
   if (self.is_complex()) {  // as the CPU kernel: real and imaginary parts each uniform
     at::Tensor real = at::view_as_real(self);
@@ -103,7 +105,7 @@ inline at::Tensor& uniform_(at::Tensor& self, double from, double to,
 }
 
 // Box-Muller on two uniforms of the element's own words: 2 words (float types) or 4 (double).
-inline at::Tensor& normal_(at::Tensor& self, double mean, double std,
+at::Tensor& normal_(at::Tensor& self, double mean, double std,
                            std::optional<at::Generator> gen) {
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
   if (self.is_complex()) {  // as the CPU kernel: each part normal with std / sqrt(2)
@@ -134,7 +136,7 @@ inline at::Tensor& normal_(at::Tensor& self, double mean, double std,
   });
 }
 
-inline at::Tensor& exponential_(at::Tensor& self, double lambd,
+at::Tensor& exponential_(at::Tensor& self, double lambd,
                                 std::optional<at::Generator> gen) {
   check_floating(self, "exponential_");
   TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
@@ -146,7 +148,7 @@ inline at::Tensor& exponential_(at::Tensor& self, double lambd,
   });
 }
 
-inline at::Tensor& log_normal_(at::Tensor& self, double mean, double std,
+at::Tensor& log_normal_(at::Tensor& self, double mean, double std,
                                std::optional<at::Generator> gen) {
   check_floating(self, "log_normal_");
   TORCH_CHECK(std > 0.0, "log_normal_ expects std > 0.0, but found std=", std);
@@ -154,7 +156,7 @@ inline at::Tensor& log_normal_(at::Tensor& self, double mean, double std,
   return self.exp_();
 }
 
-inline at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
+at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
                            std::optional<at::Generator> gen) {
   check_floating(self, "cauchy_");
   TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
@@ -166,7 +168,7 @@ inline at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
   });
 }
 
-inline at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
   at::Tensor u = at::empty(self.sizes(), self.options().dtype(at::kDouble));
   fill(u, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
@@ -179,7 +181,7 @@ inline at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Gene
 }
 
 // Elementwise u < p, written as 0/1 of any dtype; p a scalar or a tensor (broadcast to self).
-inline at::Tensor& bernoulli_scalar(at::Tensor& self, double p, std::optional<at::Generator> gen) {
+at::Tensor& bernoulli_scalar(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
   return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
     const float pf = static_cast<float>(p);
@@ -193,7 +195,7 @@ inline at::Tensor& bernoulli_scalar(at::Tensor& self, double p, std::optional<at
   });
 }
 
-inline at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p,
+at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p,
                                     std::optional<at::Generator> gen) {
   TORCH_CHECK(at::isFloatingType(p.scalar_type()),
               "bernoulli_ expects p to be a floating point tensor, got ", p.scalar_type());
@@ -216,7 +218,7 @@ inline at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p,
 
 // random_: from + (r mod range), r of 32 bits when the range fits, else 64 bits; range 0
 // means the full 2^64 range.
-inline at::Tensor& random_range(at::Tensor& self, int64_t from, uint64_t range,
+at::Tensor& random_range(at::Tensor& self, int64_t from, uint64_t range,
                                 std::optional<at::Generator> gen) {
   return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
     AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, out.scalar_type(),
@@ -239,7 +241,7 @@ inline at::Tensor& random_range(at::Tensor& self, int64_t from, uint64_t range,
 
 // The largest value random_() may produce for the dtype: 2^digits for floating types (every
 // integer up to it is exact), the maximum for integral types, 1 for bool.
-inline int64_t default_to_inclusive(at::ScalarType t) {
+int64_t default_to_inclusive(at::ScalarType t) {
   switch (t) {
     case at::kBool: return 1;
     case at::kHalf: return int64_t{1} << 11;
@@ -255,7 +257,7 @@ inline int64_t default_to_inclusive(at::ScalarType t) {
   return max;
 }
 
-inline at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
+at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int64_t> to,
                                std::optional<at::Generator> gen) {
   if (to.has_value()) {
     TORCH_CHECK(from < *to, "random_ expects 'from' to be less than 'to', but got from=", from,
@@ -270,16 +272,16 @@ inline at::Tensor& random_from(at::Tensor& self, int64_t from, std::optional<int
                       static_cast<uint64_t>(to_inc) - static_cast<uint64_t>(from) + 1, gen);
 }
 
-inline at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
+at::Tensor& random_to(at::Tensor& self, int64_t to, std::optional<at::Generator> gen) {
   return random_from(self, 0, to, gen);
 }
 
-inline at::Tensor& random_default(at::Tensor& self, std::optional<at::Generator> gen) {
+at::Tensor& random_default(at::Tensor& self, std::optional<at::Generator> gen) {
   return random_from(self, 0, std::nullopt, gen);
 }
 
 // normal with tensor mean and/or std: a standard normal draw (offset-exact) scaled.
-inline at::Tensor normal_tensor_float(const at::Tensor& mean, double std,
+at::Tensor normal_tensor_float(const at::Tensor& mean, double std,
                                       std::optional<at::Generator> gen) {
   TORCH_CHECK(std >= 0.0, "normal expects std >= 0.0, but found std ", std);
   at::Tensor out = at::empty_like(mean, at::MemoryFormat::Contiguous);
@@ -287,14 +289,14 @@ inline at::Tensor normal_tensor_float(const at::Tensor& mean, double std,
   return out.mul_(std).add_(mean);
 }
 
-inline at::Tensor normal_float_tensor(double mean, const at::Tensor& std,
+at::Tensor normal_float_tensor(double mean, const at::Tensor& std,
                                       std::optional<at::Generator> gen) {
   at::Tensor out = at::empty_like(std, at::MemoryFormat::Contiguous);
   normal_(out, 0.0, 1.0, gen);
   return out.mul_(std).add_(mean);
 }
 
-inline at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std,
+at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor& std,
                                        std::optional<at::Generator> gen) {
   const auto shape = at::infer_size(mean.sizes(), std.sizes());
   at::Tensor out = at::empty(shape, mean.options());
@@ -302,9 +304,9 @@ inline at::Tensor normal_tensor_tensor(const at::Tensor& mean, const at::Tensor&
   return out.mul_(std).add_(mean);
 }
 
-// Dropout mask from bernoulli(1 - p) on the device generator (the facts note: the CPU
+// Dropout mask from bernoulli(1 - p) on the device generator (torch's CPU
 // fallback's native_dropout would draw from the CPU generator).
-inline std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
+std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                          std::optional<bool> train) {
   TORCH_CHECK(p >= 0 && p <= 1, "dropout probability has to be between 0 and 1, but got ", p);
   if (train.has_value() && !*train) {
@@ -319,4 +321,24 @@ inline std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input
   return {input.mul(mask).mul_(1.0 / (1.0 - p)), mask};
 }
 
-}  // namespace accelkit::random
+}  // namespace
+
+void detail::register_random(KernelTable& m) {
+  m.impl("uniform_", TORCH_FN(uniform_));
+  m.impl("normal_", TORCH_FN(normal_));
+  m.impl("normal.Tensor_float", TORCH_FN(normal_tensor_float));
+  m.impl("normal.float_Tensor", TORCH_FN(normal_float_tensor));
+  m.impl("normal.Tensor_Tensor", TORCH_FN(normal_tensor_tensor));
+  m.impl("exponential_", TORCH_FN(exponential_));
+  m.impl("log_normal_", TORCH_FN(log_normal_));
+  m.impl("cauchy_", TORCH_FN(cauchy_));
+  m.impl("geometric_", TORCH_FN(geometric_));
+  m.impl("bernoulli_.float", TORCH_FN(bernoulli_scalar));
+  m.impl("bernoulli_.Tensor", TORCH_FN(bernoulli_tensor));
+  m.impl("random_", TORCH_FN(random_default));
+  m.impl("random_.from", TORCH_FN(random_from));
+  m.impl("random_.to", TORCH_FN(random_to));
+  m.impl("native_dropout", TORCH_FN(native_dropout));
+}
+
+}  // namespace accelkit

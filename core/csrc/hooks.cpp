@@ -1,22 +1,23 @@
 // at::PrivateUse1HooksInterface for the device: what torch.Generator(device=...),
 // pin_memory(), storage resize, torch.accelerator and torch._C._get_accelerator() ask of a
-// PrivateUse1 backend (the facts note lists the calls that fail without it; issue #4).
-#pragma once
-
-#include <accelkit/allocator.h>
+// PrivateUse1 backend (each fails with "Please register PrivateUse1HooksInterface" without it).
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
+
+#include "allocator.h"
+#include "registry.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
 namespace accelkit {
+namespace {
 
 struct Hooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return device_count() > 0; }
-  void init() const override { initialized_flag() = true; }
+  void init() const override { mark_initialized(); }
   bool hasPrimaryContext(c10::DeviceIndex /*index*/) const override {
-    return initialized_flag();
+    return initialized();
   }
   c10::DeviceIndex deviceCount() const override {
     return static_cast<c10::DeviceIndex>(device_count());
@@ -51,5 +52,9 @@ struct Hooks final : public at::PrivateUse1HooksInterface {
     resize_bytes(storage.unsafeGetStorageImpl(), nbytes);
   }
 };
+
+}  // namespace
+
+void detail::register_hooks() { at::RegisterPrivateUse1HooksInterface(new Hooks()); }
 
 }  // namespace accelkit

@@ -3,17 +3,13 @@
 // reductions and pointwise transcendental ops, promotion for mixed-dtype ops). Without them
 // every op inside an autocast region fails ("Could not run ... from the 'Autocast<name>'
 // backend"). torch.<name>.get_amp_supported_dtype() says which dtypes may be asked for.
-// Issue #4.
-#pragma once
+#include "registry.h"
 
 #include <ATen/autocast_mode.h>
-#include <torch/library.h>
 
-TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) {
-  m.fallback(torch::CppFunction::makeFallthrough());
-}
+namespace accelkit {
 
-TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
+void detail::register_autocast(torch::Library& m) {
   using namespace at;
   using namespace at::autocast;
 #define ACCELKIT_LOWER_PRECISION_FP(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
@@ -30,3 +26,5 @@ TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
 #undef ACCELKIT_FP32_SET_OPT_DTYPE
 #undef ACCELKIT_PROMOTE
 }
+
+}  // namespace accelkit

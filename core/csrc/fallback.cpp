@@ -1,0 +1,327 @@
+// The boxed fallback: every aten op without a native kernel for the device.
+//
+// 1. Device check, as CUDA: all device tensors on one device index; CPU tensors only as 0-dim
+//    scalars (or as indices where CUDA accepts CPU indices). Message as CUDA's:
+//    "Expected all tensors to be on the same device, but found at least two devices, ...".
+// 2. Randomness: a `Generator?` argument (given or None) is replaced by a CPU generator seeded
+//    from the device generator's (seed, offset), whose offset then advances by
+//    ceil4(numel of the outputs): deterministic in (seed, offset), never touching torch's
+//    CPU default generator (torch's own at::native::cpu_fallback draws from it).
+// 3. Host-accessible runtimes (zero copy): device tensors are passed to the CPU kernel as CPU
+//    tensors over the same memory (host_view); in-place and out= arguments are written in
+//    place (an out= argument the kernel resizes is moved back onto the device tensor); fresh
+//    outputs are adopted as device tensors without a copy, views of inputs become views of
+//    the device inputs, and a returned argument is the argument itself.
+//    Other runtimes: the same, over host copies of the arguments' storages (one per distinct
+//    storage, so aliasing is kept); every copy the kernel changed is uploaded back, fresh
+//    outputs are uploaded to new device storages. Correct for any memory, slower.
+#include <accelkit/fallback.h>
+#include <accelkit/generator.h>
+#include <accelkit/host_tensor.h>
+#include <accelkit/philox.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/util/SmallVector.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <mutex>
+#include <string_view>
+
+namespace accelkit {
+namespace {
+
+// Ops CUDA runs with CPU index tensors beside device tensors.
+bool accepts_cpu_indices(const c10::OperatorName& name) {
+  const std::string_view n = name.name;
+  return n == "aten::index" || n == "aten::index_put_" || n == "aten::_index_put_impl_" ||
+         n == "aten::index_put";
+}
+
+template <typename F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) f(e.toTensor());
+    }
+  }
+}
+
+// Returns the device index the op runs on (-1 if no device tensor) after checking devices.
+int check_devices(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                         size_t first, size_t count) {
+  int index = -1;
+  bool cpu_tensor = false;
+  const bool cpu_ok = accepts_cpu_indices(op.operator_name());
+  for (size_t i = first; i < first + count; ++i) {
+    for_each_tensor(stack[i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (t.device().type() == kDeviceType) {
+        const int idx = t.device().index();
+        if (index == -1) {
+          index = idx;
+        } else if (idx != index) {
+          TORCH_CHECK(false, "Expected all tensors to be on the same device, but found at least "
+                      "two devices, ", device_name(), ":", index, " and ", device_name(), ":",
+                      idx, "! (in ", op.operator_name(), ")");
+        }
+      } else if (t.device().is_cpu() && t.dim() > 0) {
+        cpu_tensor = true;
+      }
+    });
+  }
+  TORCH_CHECK(index == -1 || !cpu_tensor || cpu_ok,
+              "Expected all tensors to be on the same device, but found at least two devices, ",
+              device_name(), ":", index, " and cpu! (in ", op.operator_name(),
+              "; only 0-dim CPU tensors may be mixed with ", device_name(), " tensors)");
+  return index;
+}
+
+// A device tensor argument and the CPU tensor the kernel gets for it.
+struct Wrapped {
+  at::Tensor device;     // the caller's device tensor
+  at::Tensor host;       // the CPU tensor handed to the kernel
+  c10::StorageImpl* host_storage;
+  const void* host_data;
+  bool mutable_arg;
+};
+
+// Copying runtimes: one host copy per distinct device storage (so arguments that alias on the
+// device alias on the host), with the bytes as they were before the kernel.
+struct Image {
+  c10::StorageImpl* device;
+  c10::Storage host;
+  at::Tensor before;  // snapshot, to find writes the schema does not announce
+};
+
+struct Adopted {
+  c10::StorageImpl* cpu;
+  c10::Storage device;
+};
+
+// Small vectors: the fallback runs for every op, heap allocations show in tiny ops.
+using Wrappeds = c10::SmallVector<Wrapped, 4>;
+using Images = c10::SmallVector<Image, 4>;
+using Adopteds = c10::SmallVector<Adopted, 2>;
+using StorageList = c10::SmallVector<c10::StorageImpl*, 4>;
+
+struct Context {
+  bool zero_copy;  // Runtime::host_accessible(): views of device memory, no copies
+  Wrappeds wrapped;
+  Images images;
+  Adopteds adopted;
+  StorageList cpu_args;
+};
+
+at::Tensor wrap(const at::Tensor& t, bool is_mutable, Context& ctx) {
+  if (!is_device(t)) {
+    if (t.defined() && t.has_storage()) ctx.cpu_args.push_back(t.storage().unsafeGetStorageImpl());
+    return t;
+  }
+  at::Tensor host;
+  if (ctx.zero_copy) {
+    host = host_view(t, is_mutable);
+  } else {
+    c10::StorageImpl* ds = t.storage().unsafeGetStorageImpl();
+    const Image* image = nullptr;
+    for (const Image& i : ctx.images) {
+      if (i.device == ds) image = &i;
+    }
+    if (image == nullptr) {
+      c10::Storage copy = download_storage(t.storage());
+      at::Tensor before = at::empty({static_cast<int64_t>(copy.nbytes())}, at::kByte);
+      if (copy.nbytes() > 0) std::memcpy(before.data_ptr(), copy.data(), copy.nbytes());
+      ctx.images.push_back({ds, copy, before});
+      image = &ctx.images.back();
+    }
+    host = host_tensor(image->host, t);
+  }
+  ctx.wrapped.push_back({t, host, host.storage().unsafeGetStorageImpl(), host.storage().data(),
+                         is_mutable});
+  return host;
+}
+
+// A device storage for the bytes of a CPU storage: adopted, or uploaded into a new one.
+c10::Storage device_storage_for(const Context& ctx, const c10::Storage& cpu, int device) {
+  return ctx.zero_copy ? adopt_storage(cpu, device) : upload_new_storage(cpu, device);
+}
+
+// After the kernel, for each argument: a CPU tensor the kernel re-pointed (set_) or whose
+// memory it reallocated (resize) moves its storage onto the device tensor; changed metadata
+// (an out= argument resized) is copied onto the device tensor.
+void sync_argument(const Context& ctx, const Wrapped& w) {
+  if (!w.mutable_arg) return;
+  const at::Tensor& h = w.host;
+  c10::TensorImpl* dev = w.device.unsafeGetTensorImpl();
+  const int device = w.device.device().index();
+  c10::StorageImpl* hs = h.storage().unsafeGetStorageImpl();
+  if (hs != w.host_storage) {
+    dev->set_storage_keep_dtype(device_storage_for(ctx, h.storage(), device));
+  } else if (ctx.zero_copy && hs->data() != w.host_data) {
+    c10::Storage adopted = adopt_storage(h.storage(), device);
+    c10::StorageImpl* ds = w.device.storage().unsafeGetStorageImpl();
+    ds->set_data_ptr_noswap(std::move(adopted.unsafeGetStorageImpl()->mutable_data_ptr()));
+    ds->set_nbytes(adopted.nbytes());
+  }
+  if (h.sizes() != w.device.sizes() || h.strides() != w.device.strides() ||
+      h.storage_offset() != w.device.storage_offset()) {
+    dev->set_sizes_and_strides(h.sizes(), h.strides(), h.storage_offset());
+  }
+}
+
+// Copying runtimes: upload every host copy the kernel wrote (grown if the kernel resized it).
+// Bytes are compared with the snapshot, not just the schema's (a!) marks: some CPU kernels
+// write arguments their schema does not mark (native_batch_norm's running statistics).
+void upload_images(const Context& ctx) {
+  for (const Image& image : ctx.images) {
+    const c10::StorageImpl* hs = image.host.unsafeGetStorageImpl();
+    const size_t n = hs->nbytes();
+    const bool changed = n != static_cast<size_t>(image.before.numel()) ||
+                         (n > 0 && std::memcmp(hs->data(), image.before.data_ptr(), n) != 0);
+    if (!changed) continue;
+    if (n > image.device->nbytes()) resize_bytes(image.device, n);
+    upload_storage(image.host, image.device);
+  }
+}
+
+at::Tensor to_device(const at::Tensor& out, int device, Context& ctx) {
+  if (!out.defined() || !out.device().is_cpu()) return out;
+  c10::TensorImpl* impl = out.unsafeGetTensorImpl();
+  c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
+  for (const Wrapped& w : ctx.wrapped) {
+    if (w.host.unsafeGetTensorImpl() == impl) return w.device;  // a returned argument
+  }
+  for (const Wrapped& w : ctx.wrapped) {
+    if (w.host.storage().unsafeGetStorageImpl() == storage) {  // a view of an argument
+      return device_tensor(w.device.storage(), out);
+    }
+  }
+  for (const Adopted& a : ctx.adopted) {
+    if (a.cpu == storage) return device_tensor(a.device, out);  // shares a fresh output
+  }
+  for (c10::StorageImpl* cpu_arg : ctx.cpu_args) {
+    if (cpu_arg == storage) {  // a CPU argument passed through: copy, never alias it
+      return device_tensor(device_storage_for(ctx, out.clone().storage(), device), out);
+    }
+  }
+  ctx.adopted.push_back({storage, device_storage_for(ctx, out.storage(), device)});
+  return device_tensor(ctx.adopted.back().device, out);
+}
+
+// Replace `Generator?` arguments by a CPU generator derived from the device generator.
+struct GeneratorSwap {
+  PhiloxGenerator* device_gen = nullptr;
+};
+
+void swap_generators(const c10::FunctionSchema& schema, torch::jit::Stack& stack,
+                            size_t first, int device, GeneratorSwap& swap) {
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& type = args[i].type();
+    const bool is_gen = type->kind() == c10::TypeKind::GeneratorType ||
+                        (type->kind() == c10::TypeKind::OptionalType &&
+                         type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+                             c10::TypeKind::GeneratorType);
+    if (!is_gen) continue;
+    c10::IValue& v = stack[first + i];
+    std::optional<at::Generator> given;
+    if (v.isGenerator()) given = v.toGenerator();
+    PhiloxGenerator* gen = generator_for(given, device < 0 ? current_device() : device);
+    uint64_t seed = 0;
+    {
+      std::lock_guard<std::mutex> lock(gen->mutex_);
+      alignas(16) uint32_t words[4];
+      philox::blocks(philox::stream_key(gen->current_seed(), 3), gen->get_offset(), 1, words);
+      seed = (static_cast<uint64_t>(words[0]) << 32) | words[1];
+    }
+    v = c10::IValue(at::make_generator<at::CPUGeneratorImpl>(seed));
+    swap.device_gen = gen;
+  }
+}
+
+void advance(GeneratorSwap& swap, const torch::jit::Stack& stack, size_t first,
+                    size_t count) {
+  if (swap.device_gen == nullptr) return;
+  uint64_t numel = 0;
+  for (size_t i = first; i < first + count; ++i) {
+    for_each_tensor(stack[i], [&](const at::Tensor& t) {
+      if (t.defined()) numel += static_cast<uint64_t>(t.numel());
+    });
+  }
+  std::lock_guard<std::mutex> lock(swap.device_gen->mutex_);
+  swap.device_gen->reserve(numel == 0 ? 1 : numel);
+}
+
+}  // namespace
+
+void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& args = schema.arguments();
+  const size_t nargs = args.size();
+  const size_t first = stack->size() - nargs;
+  int device = check_devices(op, *stack, first, nargs);
+
+  // Device arguments (factories): run on the CPU, remember the index.
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (v.isDevice() && v.toDevice().type() == kDeviceType) {
+      if (device == -1) device = resolve_index(v.toDevice().index());
+      v = c10::IValue(c10::Device(c10::DeviceType::CPU));
+    }
+  }
+  if (device == -1) device = current_device();
+  GeneratorSwap swap;
+  swap_generators(schema, *stack, first, device, swap);
+
+  Context ctx;
+  ctx.zero_copy = runtime().host_accessible();
+  for (size_t i = 0; i < nargs; ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    const bool is_mutable = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+    if (v.isTensor()) {
+      v = c10::IValue(wrap(v.toTensor(), is_mutable, ctx));
+    } else if (v.isTensorList()) {
+      auto list = v.toTensorList();
+      c10::List<at::Tensor> hosts;
+      hosts.reserve(list.size());
+      for (const at::Tensor& t : list) hosts.push_back(wrap(t, is_mutable, ctx));
+      v = c10::IValue(std::move(hosts));
+    } else if (v.isList() && args[i].type()->isSubtypeOf(
+                                 *c10::ListType::create(c10::OptionalType::ofTensor()))) {
+      c10::List<std::optional<at::Tensor>> hosts;
+      for (const c10::IValue& e : v.toListRef()) {
+        if (e.isTensor()) {
+          hosts.push_back(wrap(e.toTensor(), is_mutable, ctx));
+        } else {
+          hosts.push_back(std::nullopt);
+        }
+      }
+      v = c10::IValue(std::move(hosts));
+    }
+  }
+
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+
+  if (!ctx.zero_copy) upload_images(ctx);
+  for (const Wrapped& w : ctx.wrapped) sync_argument(ctx, w);
+  const size_t nret = schema.returns().size();
+  const size_t rfirst = stack->size() - nret;
+  for (size_t i = rfirst; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) {
+      v = c10::IValue(to_device(v.toTensor(), device, ctx));
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> outs;
+      for (const at::Tensor& t : v.toTensorList()) outs.push_back(to_device(t, device, ctx));
+      v = c10::IValue(std::move(outs));
+    }
+  }
+  advance(swap, *stack, rfirst, nret);
+}
+
+}  // namespace accelkit

@@ -1,0 +1,42 @@
+// Private to the layer: what register.cpp assembles from the other translation units.
+#pragma once
+
+#include <accelkit/runtime.h>
+
+#include <torch/library.h>
+
+#include <utility>
+
+namespace accelkit::detail {
+
+// Makes `runtime` the one runtime() returns (called once, by register_device).
+void install_runtime(Runtime& runtime);
+
+// Registers aten kernels for PrivateUse1, except for ops that already have one (the vendor's,
+// registered while its extension loaded): the vendor's kernel is kept.
+class KernelTable {
+ public:
+  explicit KernelTable(torch::Library& library) : library_(library) {}
+
+  template <typename Fn>
+  void impl(const char* name, Fn&& fn) {
+    if (!has_kernel(name)) library_.impl(name, std::forward<Fn>(fn));
+  }
+
+ private:
+  // True when aten::<name> already has a PrivateUse1 kernel.
+  static bool has_kernel(const char* name);
+
+  torch::Library& library_;
+};
+
+// The aten kernels of each part of the layer.
+void register_kernels(KernelTable& table);  // kernels.cpp: the minimum native set
+void register_random(KernelTable& table);   // random.cpp: offset-exact random kernels
+void register_autocast(torch::Library& library);  // autocast.cpp: AutocastPrivateUse1
+
+// The device guard (streams, events) and the hooks, created by register_device.
+void register_guard();
+void register_hooks();
+
+}  // namespace accelkit::detail

@@ -1,0 +1,176 @@
+"""C++ unit tests of accelkit's layer (tests/cpp/layer_tests.cpp, an extension built in the
+test run, linked with accelkit's library like any device extension) and the registration
+contract: explicit, once per process, a clear error for a second one."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import TESTS, json_result, run_python
+
+CPP = TESTS / "cpp"
+CORE_CSRC = Path(__file__).resolve().parents[1] / "core" / "csrc"
+
+#: Loads the test extension (compiled on first use) in a fresh interpreter.
+LOAD = f"""
+import json, torch
+from accelkit.core.cpp import load_extension
+t = load_extension("accelkit_layer_tests", [{str(CPP / "layer_tests.cpp")!r}],
+                   include_dirs=[{str(CORE_CSRC)!r}])
+"""
+
+#: Random123's known-answer vectors for Philox4x32-10: (counter, key) -> output.
+PHILOX_KAT = [
+    (([0, 0, 0, 0], [0, 0]), [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
+    (([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2), [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
+    (([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0]),
+     [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]),
+]
+
+
+@pytest.fixture(scope="module")
+def unit_results() -> dict:
+    """Every pure unit result in one process (the extension builds once)."""
+    cases = json.dumps([list(map(list, args)) for args, _ in PHILOX_KAT])
+    proc = run_python(LOAD + f"""
+out = {{"kat": [t.philox_block(c, k) for c, k in json.loads({cases!r})],
+       "simd": [t.philox_simd_matches(key, first, n)
+                for key in (0, 1, 0xDEADBEEFCAFEF00D, 2**64 - 1)
+                for first in (0, 3, 2**32 - 5, 2**64 - 9) for n in (1, 7, 8, 9, 33, 1000)]}}
+print(json.dumps(out))
+""", timeout=900)
+    return json_result(proc)
+
+
+def test_philox_known_answers(unit_results):
+    assert unit_results["kat"] == [expected for _, expected in PHILOX_KAT]
+
+
+def test_philox_simd_equals_scalar_reference(unit_results):
+    """Every block count around the SIMD widths (4, 8) and counters that wrap 32 and 64 bits."""
+    assert all(unit_results["simd"]), unit_results["simd"]
+
+
+def test_allocator_statistics_and_out_of_memory():
+    proc = run_python(LOAD + """
+t.register_device("layer tests")
+torch.utils.rename_privateuse1_backend("acktest")
+steps, oom = t.allocator_case()
+print(json.dumps({"steps": steps, "oom": oom}))
+""", timeout=900)
+    out = json_result(proc)
+    full, freed, after_oom, reset = out["steps"]
+    assert full == {"allocated": 6000, "peak": 6000, "reserved": 6000, "allocations": 3,
+                    "num_ooms": 0}
+    assert freed == {"allocated": 4000, "peak": 6000, "reserved": 4000, "allocations": 2,
+                     "num_ooms": 0}
+    assert after_oom == {**freed, "num_ooms": 1}
+    assert reset == {"allocated": 0, "peak": 0, "reserved": 0, "allocations": 0, "num_ooms": 1}
+    assert "acktest out of memory. Tried to allocate 2.00 MiB. Device 1 has a total capacity " \
+           "of 1.00 MiB of which 1020.09 KiB is free. Of the allocated memory 3.91 KiB is " \
+           "allocated by PyTorch." in out["oom"], out["oom"]
+    assert "(the test runtime has 1 MiB)" in out["oom"]
+
+
+def test_second_registration_names_both_origins():
+    """The mock registers first; a second extension's register_device raises (RuntimeError in
+    Python, never an abort) naming both, and the first registration keeps working."""
+    proc = run_python(LOAD + """
+import accelkit.backends.mock
+try:
+    t.register_device("layer tests")
+    error = None
+except RuntimeError as exc:
+    error = str(exc).splitlines()[0]
+x = torch.ones(2, device="mock") + 1
+print(json.dumps({"error": error, "still_works": x.cpu().tolist()}))
+""", timeout=900)
+    out = json_result(proc)
+    assert out["still_works"] == [2.0, 2.0]
+    assert out["error"].startswith("accelkit: cannot register the PrivateUse1 device of layer "
+                                   "tests ("), out["error"]
+    assert "accelkit_layer_tests" in out["error"]
+    assert ": the mock device (" in out["error"] and "accelkit_mock_C" in out["error"]
+    assert "already registered one in this process" in out["error"]
+    assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out["error"]
+
+
+def test_registering_twice_from_one_extension_is_an_error_not_an_abort():
+    proc = run_python(LOAD + """
+t.register_device("first call")
+try:
+    t.register_device("second call")
+except RuntimeError as exc:
+    print(json.dumps(str(exc).splitlines()[0]))
+""", timeout=900)
+    error = json_result(proc)
+    assert error.startswith("accelkit: cannot register the PrivateUse1 device of second call (")
+    assert ": first call (" in error
+
+
+def test_registration_is_explicit():
+    """Loading an extension built on the layer registers nothing until it asks."""
+    proc = run_python(LOAD + """
+print(json.dumps({
+    "hooks": torch._C._get_privateuse1_backend_name(),
+    "fallback": torch._C._dispatch_has_backend_fallback(torch._C.DispatchKey.PrivateUse1),
+    "kernels": len(torch._C._dispatch_get_registrations_for_dispatch_key("PrivateUse1")
+                   and [k for k in torch._C._dispatch_get_registrations_for_dispatch_key(
+                        "PrivateUse1") if k.startswith("aten::")]),
+}))
+""", timeout=900)
+    assert json_result(proc) == {"hooks": "privateuseone", "fallback": False, "kernels": 0}
+
+
+def test_cpp_sources_compile_once_into_the_library():
+    """The layer's code is in core/csrc/*.cpp; the public headers hold no registration."""
+    include = Path(__file__).resolve().parents[1] / "core" / "include" / "accelkit"
+    code = re.compile(r"^(?!\s*//).*(TORCH_LIBRARY\w*\(|C10_REGISTER_GUARD_IMPL|"
+                      r"RegisterPrivateUse1HooksInterface|SetAllocator\()", re.MULTILINE)
+    registering = [p.name for p in include.rglob("*.h") if code.search(p.read_text())]
+    assert registering == []
+    assert {"allocator.cpp", "fallback.cpp", "register.cpp"} <= {p.name for p in
+                                                                  CORE_CSRC.glob("*.cpp")}
+
+
+def _tsan_binary() -> Path:
+    """tests/cpp/transport_stress.cpp built with -fsanitize=thread (cached by source hash)."""
+    import hashlib
+    import os
+
+    import torch
+    from accelkit.core.cpp import cache_root
+
+    mock_csrc = Path(__file__).resolve().parents[1] / "backends" / "mock" / "csrc"
+    include = Path(__file__).resolve().parents[1] / "core" / "include"
+    sources = [CPP / "transport_stress.cpp", *sorted(mock_csrc.glob("mockccl*.h")),
+               include / "accelkit" / "c10d" / "transport.h"]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)
+                            + torch.__version__.encode()).hexdigest()[:16]
+    binary = cache_root() / f"transport_stress-{digest}" / "transport_stress"
+    if not binary.exists():
+        binary.parent.mkdir(parents=True, exist_ok=True)
+        torch_dir = Path(torch.__file__).parent
+        cmd = [os.environ.get("CXX", "c++"), "-std=c++20", "-O1", "-g", "-fsanitize=thread",
+               f"-I{include}", f"-I{mock_csrc}", "-isystem", str(torch_dir / "include"),
+               str(CPP / "transport_stress.cpp"), "-o", str(binary) + ".tmp",
+               f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        Path(str(binary) + ".tmp").rename(binary)
+    return binary
+
+
+def test_transport_under_thread_sanitizer():
+    """The shared-memory transport's rounds, receive claims and abort, with threads as ranks,
+    under ThreadSanitizer: correct results, each message taken by one receive, abort within a
+    second, and no data race reported (TSan exits 66 on a report)."""
+    proc = subprocess.run([str(_tsan_binary())], capture_output=True, text=True, timeout=600,
+                          env={"TSAN_OPTIONS": "halt_on_error=1 exitcode=66"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
+    assert proc.stdout.splitlines()[:2] == ["rounds ok", "claims ok"], proc.stdout
+    assert proc.stdout.splitlines()[2].startswith("abort ok"), proc.stdout
