@@ -116,6 +116,7 @@ def _not_passing(report: UpstreamReport) -> list[str]:
 
 def render(report: UpstreamReport) -> str:
     spec, counts = report.spec, report.counts()
+    applied = ", ".join(a["name"] for a in report.adaptations if a["applied"]) or "none"
     lines = [f"# PyTorch's distributed tests on `{spec.name}`", "", "| | |", "|---|---|",
              f"| backend | `{spec.name}`: `{spec.device_type}` through "
              f"`{spec.collective_backend}` |",
@@ -124,8 +125,7 @@ def render(report: UpstreamReport) -> str:
              + (f", PyTorch {report.version}" if report.version else "") + ") |",
              f"| pytest arguments | `{' '.join(report.pytest_args)}` |" if report.pytest_args
              else "| pytest arguments | - |",
-             f"| adaptations | {', '.join(a['name'] for a in report.adaptations if a['applied'])
-                               or 'none'} |",
+             f"| adaptations | {applied} |",
              f"| run | {report.started}, {report.duration_s:.1f} s |", ""]
     verdict = "✅ passed" if report.ok() else "❌ failed"
     lines += [f"**Result: {verdict}** — " + ", ".join(

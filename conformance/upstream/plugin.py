@@ -18,7 +18,6 @@ import os
 import re
 
 import pytest
-
 from accelkit.conformance.expectations import UpstreamExpectation
 from accelkit.conformance.upstream.groups import TEST_ENV
 from accelkit.conformance.upstream.hook import CONFIG_ENV
