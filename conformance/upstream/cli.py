@@ -4,7 +4,7 @@ tests on an accelkit backend, with the harness adapted to its device, the backen
 
 Arguments ``accelkit upstream`` does not know go to pytest (``-k pattern``, ``-x``, ``-v``...).
 Exit codes: 0 when every selected file ran and no test FAILED, ERRORED, TIMED OUT or CRASHED
-(under ``--strict`` also no XPASS, no test on another backend's process group and no
+(under ``--strict`` also no XPASS, no test on another real backend's process group and no
 expectation matching nothing); 1 otherwise; 2 for a usage error (unknown backend, area,
 adaptation or file, a checkout of another torch version, an adaptation not written for the
 installed torch, a malformed expectations file); 3 when the backend cannot run here.
@@ -116,6 +116,15 @@ def _resolve(args):
     return spec, base, chosen, version
 
 
+def _require_test_packages() -> None:
+    import importlib.util
+
+    missing = [m for m in ("pytest", "expecttest") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise UsageError(f"{' and '.join(missing)} not installed: PyTorch's test harness needs "
+                         "them (pip install 'accelkit[upstream]')")
+
+
 def _chosen_for(spec, chosen, version) -> list:
     if not adaptations_mod.needed_for(spec):
         return []
@@ -223,10 +232,13 @@ def _summary(report) -> str:
                      f"there and fail here, {len(comp['skipped_here'])} pass there and did not "
                      "run here")
         lines += [f"  REGRESSION {e['test']}: {e['reason_here']}" for e in comp["regressions"]]
-    if report.flagged:
-        lines.append(f"{len(report.flagged)} test(s) used process groups that are not "
-                     f"{report.spec.name}'s:")
-        lines += [f"  {t.nodeid}: {t.flag}" for t in report.flagged]
+    if report.foreign:
+        lines.append(f"{len(report.foreign)} test(s) ran on process groups of another backend:")
+        lines += [f"  {t.nodeid}: {t.flag}" for t in report.foreign]
+    simulated = len(report.flagged) - len(report.foreign)
+    if simulated:
+        lines.append(f"{simulated} test(s) ran only on simulated groups (fake, threaded); "
+                     "see report.md")
     for p in report.unmatched:
         lines.append(f"expectation pattern matched no test: {p['pattern']!r}")
     for f in report.files:
@@ -255,6 +267,7 @@ def run(args: argparse.Namespace) -> int:
         selection = selection_mod.select(args.tests, areas=args.area, files=args.files,
                                          torch_version=version,
                                          ignore_version=args.ignore_version)
+        _require_test_packages()
         spec_chosen = _chosen_for(spec, chosen, version)
         base_chosen = _chosen_for(base, chosen, version) if base else []
         exp_path, exps = _expectations(spec, args.expectations, version)

@@ -54,20 +54,23 @@ def _groups(report: UpstreamReport) -> list[str]:
     lines = ["## Process groups (where the tests ran)", ""]
     counts = report.group_counts()
     if counts:
-        lines += ["| backend | groups created (per test) |", "|---|---:|"]
+        lines += ["| backend | tests that created such groups |", "|---|---:|"]
         lines += [f"| `{b}` | {n} |" for b, n in counts.items()]
     else:
         lines.append("No test created a process group.")
-    flagged = report.flagged
+    flagged, foreign = report.flagged, report.foreign
     lines += ["", f"Expected: `{spec.device_type}` tensors through `{spec.collective_backend}`. "
-              + (f"**{len(flagged)} test(s) used other groups:**" if flagged
-                 else "Every group a test created is the backend's."), ""]
+              + (f"**{len(foreign)} test(s) ran on another backend's groups**, "
+                 if foreign else "No test ran on another backend's groups; ")
+              + f"{len(flagged) - len(foreign)} only on simulated groups (fake, threaded: "
+              "nothing crosses a process).", ""]
     if flagged:
-        lines += ["| test | result | groups | devices |", "|---|---|---|---|"]
-        for t in flagged:
-            used = ", ".join(f"`{g['backend']}`×{g['ranks']}" for g in t.groups)
+        lines += ["| test | result | groups (size × ranks seen) | devices | flag |",
+                  "|---|---|---|---|---|"]
+        for t in sorted(flagged, key=lambda t: (t.flag_kind != "foreign", t.nodeid)):
+            used = ", ".join(f"`{g['backend']}` ({g['size']} × {g['ranks']})" for g in t.groups)
             lines.append(f"| `{_cell(t.nodeid, 300)}` | {mark(t.outcome)} | {used} | "
-                         f"{', '.join(t.devices) or '-'} |")
+                         f"{', '.join(t.devices) or '-'} | {t.flag_kind} |")
         lines.append("")
     return lines
 

@@ -19,6 +19,7 @@ import re
 
 import pytest
 from accelkit.conformance.expectations import UpstreamExpectation
+from accelkit.conformance.upstream import groups
 from accelkit.conformance.upstream.groups import TEST_ENV
 from accelkit.conformance.upstream.hook import CONFIG_ENV
 
@@ -118,6 +119,7 @@ class _Upstream:
         self.phases.setdefault(report.nodeid, {})[report.when] = report
 
     def pytest_runtest_logfinish(self, nodeid, location) -> None:
+        groups.record_device()  # the device of tests that ran in this process
         os.environ.pop(TEST_ENV, None)
         phases = self.phases.pop(nodeid, {})
         kind, reason, details = outcome(phases)

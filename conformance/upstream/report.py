@@ -7,7 +7,8 @@ writer) and ``report.md``.
 missing from the checkout), ``pytest_args``, ``adaptations`` (name, target, torch versions,
 applied or why not), ``environment`` (variables set for the tests), ``expectations`` (file,
 patterns with their match counts, ``unmatched``), ``summary`` (counts per outcome), ``groups``
-(count per backend string, flagged tests), ``files`` (path, area, status, exit code, wall
+(tests per backend string; flagged tests, ``foreign`` when they used another real backend,
+``simulated`` when only fake/threaded groups), ``files`` (path, area, status, exit code, wall
 time, log, counts, ``classes`` with their counts, collection errors), ``tests`` (node id, file,
 class, name, outcome, reason, details, duration, expectation, groups, devices, flag) and
 ``comparison`` (see :mod:`accelkit.conformance.upstream.compare`) or null.
@@ -47,6 +48,7 @@ class TestResult:
     groups: list[dict] = field(default_factory=list)   # {"backend", "ranks", "devices"}
     devices: list[str] = field(default_factory=list)    # devices the ranks ended the test on
     flag: str | None = None      # why the groups are not the backend's, if they are not
+    flag_kind: str | None = None  # "foreign" (another backend) or "simulated" (fake, threaded)
 
 
 @dataclass
@@ -111,22 +113,28 @@ class UpstreamReport:
     def flagged(self) -> list[TestResult]:
         return [t for t in self.tests if t.flag]
 
+    @property
+    def foreign(self) -> list[TestResult]:
+        """Tests that used a real process group of another backend (e.g. cpu/gloo)."""
+        return [t for t in self.tests if t.flag_kind == "foreign"]
+
     def failed(self) -> list[TestResult]:
         bad = set(FAILING) | ({"xpass"} if self.strict else set())
         return [t for t in self.tests if t.outcome in bad]
 
     def ok(self) -> bool:
         """Exit code 0: nothing failed, every file ran to its end (and, under ``strict``, no
-        XPASS, no flagged group and no expectation that matched nothing)."""
+        XPASS, no test on another real backend's group and no expectation that matched nothing)."""
         if self.failed() or any(f.status != "ok" or f.collect_errors for f in self.files):
             return False
-        return not (self.strict and (self.flagged or self.unmatched))
+        return not (self.strict and (self.foreign or self.unmatched))
 
     def group_counts(self) -> dict[str, int]:
+        """How many tests created groups of each backend string."""
         counts: dict[str, int] = {}
         for t in self.tests:
-            for g in t.groups:
-                counts[g["backend"]] = counts.get(g["backend"], 0) + 1
+            for backend in {g["backend"] for g in t.groups}:
+                counts[backend] = counts.get(backend, 0) + 1
         return dict(sorted(counts.items()))
 
 
@@ -175,15 +183,23 @@ def _summarise(records: list[dict]) -> list[dict]:
     return list(summary.values())
 
 
-def flag_for(spec: BackendSpec, group_list: list[dict]) -> str | None:
-    """Why ``group_list`` shows the test did not run on ``spec``'s backend, or None."""
-    foreign = sorted({g["backend"] for g in group_list
-                      if not groups_mod.is_backends(g["backend"], spec.device_type,
-                                                    spec.collective_backend)})
-    if not foreign:
-        return None
-    return (f"process group(s) {', '.join(foreign)} are not {spec.device_type} through "
-            f"{spec.collective_backend}")
+#: c10d backends that communicate nothing between processes (simulated ranks).
+SIMULATED = ("fake", "threaded")
+
+
+def flag_for(spec: BackendSpec, group_list: list[dict]) -> tuple[str | None, str | None]:
+    """``(kind, why)`` when ``group_list`` shows the test did not run on ``spec``'s backend:
+    ``foreign`` for another real backend, ``simulated`` for fake/threaded groups only."""
+    other = sorted({g["backend"] for g in group_list
+                    if not groups_mod.is_backends(g["backend"], spec.device_type,
+                                                  spec.collective_backend)})
+    if not other:
+        return None, None
+    expected = f"{spec.device_type} through {spec.collective_backend}"
+    if all(set(groups_mod.parse_backend(b).values()) <= set(SIMULATED) for b in other):
+        return "simulated", (f"simulated process group(s) {', '.join(other)}: ranks simulated "
+                             f"in one process, {spec.collective_backend} not exercised")
+    return "foreign", f"process group(s) {', '.join(other)}, not {expected}"
 
 
 def add_file(report: UpstreamReport, run: FileRun, area: str | None) -> None:
@@ -193,10 +209,11 @@ def add_file(report: UpstreamReport, run: FileRun, area: str | None) -> None:
     for record in run.tests:
         file, cls, name = _split(record["nodeid"])
         group_list = _summarise(per_test.get(record["nodeid"], []))
+        kind, why = flag_for(report.spec, group_list)
         report.tests.append(TestResult(
             record["nodeid"], run.path, cls, name, record["outcome"], record["reason"],
             record["details"], record["duration_s"], record["expectation"], group_list,
-            sorted(set(devices.get(record["nodeid"], []))), flag_for(report.spec, group_list)))
+            sorted(set(devices.get(record["nodeid"], []))), why, kind))
 
 
 def to_json(report: UpstreamReport) -> dict:
@@ -222,7 +239,8 @@ def to_json(report: UpstreamReport) -> dict:
                          "unmatched": [p["pattern"] for p in report.unmatched]},
         "summary": report.counts(),
         "groups": {"by_backend": report.group_counts(),
-                   "flagged": [{"nodeid": t.nodeid, "flag": t.flag} for t in report.flagged]},
+                   "flagged": [{"nodeid": t.nodeid, "kind": t.flag_kind, "flag": t.flag}
+                               for t in report.flagged]},
         "files": files,
         "tests": [{k: v for k, v in asdict(t).items() if k != "spec"} for t in report.tests],
         "comparison": report.comparison,

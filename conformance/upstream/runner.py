@@ -10,7 +10,8 @@ files) but not for the few upstream tests that bind a fixed TCP port; the defaul
 
 A file that outlives its timeout is killed with its whole process group (the ranks included)
 and mockccl's shared-memory segments of the killed processes are removed; its tests that did
-not finish are TIMEOUT, those of a pytest process that died are CRASH.
+not finish are TIMEOUT, those of a pytest process that died are CRASH. Ctrl-C kills every
+running file the same way before it propagates.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +77,21 @@ def _session_pids(sid: int) -> list[int]:
     return pids
 
 
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s process group (pytest and the ranks it started) and their segments."""
+    pids = _session_pids(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    sweep_shm(pids)
+
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
 def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: list[str],
              timeout_s: float, env_extra: dict[str, str]) -> FileRun:
     run = FileRun(rel, out_dir / "files" / slug(rel))
@@ -95,14 +112,16 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
         log.flush()
         proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        with _live_lock:
+            _live.add(proc)
         try:
             run.exit_code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            pids = _session_pids(proc.pid)
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            sweep_shm(pids)
+            _kill(proc)
             run.status = "timeout"
+        finally:
+            with _live_lock:
+                _live.discard(proc)
     run.duration_s = round(time.monotonic() - start, 3)
     _read_results(run, results, timeout_s)
     return run
@@ -119,8 +138,11 @@ def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
         elif kind == "test":
             run.tests.append(record)
     if run.status == "ok" and run.exit_code not in (0, 1, 5):
-        # 2 interrupted, 3 internal error, 4 usage error, < 0 killed by a signal
-        run.status = "crash" if run.exit_code is None or run.exit_code < 0 else "pytest-error"
+        # 2 interrupted (also: collection errors), 3 internal error, 4 usage error, < 0 signal
+        if run.exit_code is None or run.exit_code < 0:
+            run.status = "crash"
+        else:
+            run.status = "collect-error" if run.collect_errors else "pytest-error"
     done = {t["nodeid"] for t in run.tests}
     for test in run.collected:
         if test["nodeid"] in done:
@@ -145,7 +167,8 @@ def _how(code: int | None) -> str:
 def run_files(root: Path, files: list[str], out_dir: Path, config: dict,
               pytest_args: list[str], timeout_s: float, env_extra: dict[str, str], jobs: int,
               progress=None) -> list[FileRun]:
-    """Run ``files`` (``jobs`` at a time); results in the order of ``files``."""
+    """Run ``files`` (``jobs`` at a time); results in the order of ``files``. An exception
+    (Ctrl-C) kills the files still running, then propagates."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(rel: str) -> FileRun:
@@ -154,5 +177,17 @@ def run_files(root: Path, files: list[str], out_dir: Path, config: dict,
             progress(run)
         return run
 
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, files))
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(one, rel) for rel in files]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        with _live_lock:
+            running = list(_live)
+        for proc in running:
+            _kill(proc)
+        raise
+    finally:
+        pool.shutdown(wait=True)
