@@ -218,8 +218,10 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
         name="fsdp-device-selection",
         module=_COMMON_FSDP,
         target=f"{_COMMON_FSDP}.DEVICE_TYPE, DISTRIBUTED_BACKEND, DEVICE_COUNT",
-        gap="chosen at import among cuda/hpu/xpu, else 'cpu', 'gloo' and 1 device: FSDP tests "
-            "run silently on cpu/gloo next to a PrivateUse1 device",
+        gap="chosen at import among cuda/hpu/xpu, else 'cpu', 'gloo' and 1 device: FSDPTest "
+            "ranks join a gloo group, then die in their first barrier (device_ids select the "
+            "PrivateUse1 device: 'No backend type associated with device type <name>'); tests "
+            "that get further run on cpu/gloo",
         change="the backend's device type, its collective library and its device count",
         torch_versions=_V213, apply=_fsdp_device_selection),
     Adaptation(

@@ -26,6 +26,7 @@ from accelkit.conformance.upstream.hook import CONFIG_ENV
 _EXCEPTION = re.compile(
     r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failed|Timeout|Interrupt)\b.*)$")
 _RANK_WRAPPER = re.compile(r"RuntimeError: Process \d+ exited with error code")
+_RANK_EXIT = re.compile(r"Expected exit code \d+ but got (-?\d+)")
 _XPASS_STRICT = "[XPASS(strict)]"
 
 
@@ -38,6 +39,20 @@ def headline(text: str) -> str:
     inner = [line for line in found if not _RANK_WRAPPER.match(line)]
     lines = inner or found or text.strip().splitlines() or [""]
     return lines[-1][:400]
+
+
+def _failure(report) -> tuple[str, str]:
+    """(reason, details) of a failed phase. A rank that died outside the test (exit code 1:
+    an exception in the harness's start-up of the rank) leaves only its exit code in the
+    failure; its traceback is in the captured stderr, which then gives the reason."""
+    text = report.longreprtext
+    stderr = "".join(content for title, content in report.sections if "stderr" in title)
+    reason = headline(text)
+    died = _RANK_EXIT.search(text)
+    if died and stderr.strip():
+        reason = f"a rank exited with code {died.group(1)}: {headline(stderr)}"
+    details = text + (f"\n--- captured stderr (tail) ---\n{stderr[-4000:]}" if stderr else "")
+    return reason, details
 
 
 def _skip_reason(report) -> str:
@@ -54,20 +69,21 @@ def outcome(phases: dict) -> tuple[str, str, str]:
         if rep is None:
             continue
         if hasattr(rep, "wasxfail"):
-            kind = "xfail" if rep.skipped else "xpass"
-            return kind, rep.wasxfail, rep.longreprtext if rep.skipped else ""
+            if rep.skipped:
+                return "xfail", rep.wasxfail, _failure(rep)[1]
+            return "xpass", rep.wasxfail, ""
         if rep.failed and str(rep.longrepr).startswith(_XPASS_STRICT):
             return "xpass", str(rep.longrepr).removeprefix(_XPASS_STRICT).strip(), ""
     if setup is not None and setup.failed:
-        return "error", headline(setup.longreprtext), setup.longreprtext
+        return ("error", *_failure(setup))
     if setup is not None and setup.skipped:
         return "skip", _skip_reason(setup), ""
     if call is not None and call.failed:
-        return "fail", headline(call.longreprtext), call.longreprtext
+        return ("fail", *_failure(call))
     if call is not None and call.skipped:
         return "skip", _skip_reason(call), ""
     if teardown is not None and teardown.failed:
-        return "error", headline(teardown.longreprtext), teardown.longreprtext
+        return ("error", *_failure(teardown))
     return "pass", "", ""
 
 
@@ -124,7 +140,7 @@ class _Upstream:
         phases = self.phases.pop(nodeid, {})
         kind, reason, details = outcome(phases)
         self._write({"kind": "test", "nodeid": nodeid, "outcome": kind, "reason": reason,
-                     "details": details[-6000:],
+                     "details": details[-10000:],
                      "duration_s": round(sum(r.duration for r in phases.values()), 3),
                      "expectation": self.applied.get(nodeid)})
 
