@@ -225,6 +225,30 @@ def test_fsdp_ranks_share_device_0_without_fsdp_rank_device(tmp_path):
     assert "Expected 1 but got 0" in test["details"]
 
 
+def test_a_hanging_file_is_killed_with_its_children_and_a_broken_one_reported(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELKIT_TEST_CHILD_PID_FILE": str(pid_file)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "accelkit", "upstream", "--backend", "cpu", "--tests",
+         str(TESTS / "fixtures" / "upstream_failures"), "--report-dir", str(tmp_path / "r"),
+         "--file-timeout", "20", "--jobs", "2"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    report = _report(tmp_path / "r")
+    files = {f["path"]: f for f in report["files"]}
+    assert files["test_hangs_fixture.py"]["status"] == "timeout"
+    assert _by_id(report)["test_hangs_fixture.py::test_hangs_with_a_child"]["outcome"] == \
+        "timeout"
+    child = int(pid_file.read_text())
+    assert not Path(f"/proc/{child}").exists() or \
+        Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
+    broken = files["test_import_error_fixture.py"]
+    assert broken["status"] == "collect-error"
+    assert "No module named 'accelkit_no_such_module_for_the_fixture'" in \
+        broken["collect_errors"][0]["reason"]
+    assert "test_hangs_fixture.py: timeout" in proc.stdout
+
+
 # --- the command's refusals --------------------------------------------------------------
 
 def test_explain_lists_every_adaptation_with_target_and_versions(capsys):

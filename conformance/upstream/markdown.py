@@ -41,7 +41,7 @@ def _comparison(report: UpstreamReport) -> list[str]:
               f"only, {len(comp['only_here'])} only here, {len(comp['only_there'])} only there.",
               ""]
     if comp["skipped_here"]:
-        lines += [f"### Passes on `{there}`, not run on `{here}`", "",
+        lines += [f"### Passes on `{there}`, skipped or expected to fail on `{here}`", "",
                   "| test | here | reason here |", "|---|---|---|"]
         lines += [f"| `{_cell(e['test'], 300)}` | {mark(e['here'])} | {_cell(e['reason_here'])} |"
                   for e in comp["skipped_here"]]
@@ -101,20 +101,32 @@ def _files(report: UpstreamReport) -> list[str]:
 
 
 def _not_passing(report: UpstreamReport) -> list[str]:
-    tests = [t for t in report.tests if t.outcome != "pass"]
-    if not tests:
-        return []
+    """Every test that neither passed nor skipped, then the skips grouped by reason."""
     order = {o: i for i, o in enumerate(OUTCOMES)}
-    lines = ["## Tests that did not pass", "", "| test | result | reason | category / link |",
-             "|---|---|---|---|"]
-    for t in sorted(tests, key=lambda t: (order[t.outcome], t.nodeid)):
-        exp = t.expectation or {}
-        note = exp.get("category", "")
-        if exp.get("link"):
-            note += f" ([link]({exp['link']}))"
-        lines.append(f"| `{_cell(t.nodeid, 300)}` | {mark(t.outcome)} | {_cell(t.reason)} | "
-                     f"{note} |")
-    return lines + [""]
+    tests = [t for t in report.tests if t.outcome not in ("pass", "skip")]
+    lines = []
+    if tests:
+        lines += ["## Tests that did not pass", "",
+                  "| test | result | reason | category / link |", "|---|---|---|---|"]
+        for t in sorted(tests, key=lambda t: (order[t.outcome], t.nodeid)):
+            exp = t.expectation or {}
+            note = exp.get("category", "")
+            if exp.get("link"):
+                note += f" ([link]({exp['link']}))"
+            lines.append(f"| `{_cell(t.nodeid, 300)}` | {mark(t.outcome)} | {_cell(t.reason)} "
+                         f"| {note} |")
+        lines.append("")
+    skips: dict[str, list[str]] = {}
+    for t in report.tests:
+        if t.outcome == "skip":
+            skips.setdefault(t.reason, []).append(t.nodeid)
+    if skips:
+        lines += ["## Skipped, by reason", "", "| reason | tests | for example |",
+                  "|---|---:|---|"]
+        for reason, nodes in sorted(skips.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+            lines.append(f"| {_cell(reason)} | {len(nodes)} | `{_cell(nodes[0], 300)}` |")
+        lines.append("")
+    return lines
 
 
 def render(report: UpstreamReport) -> str:
