@@ -229,8 +229,8 @@ def _summary(report) -> str:
     comp = report.comparison
     if comp:
         lines.append(f"against {comp['against']['backend']}: {len(comp['regressions'])} pass "
-                     f"there and fail here, {len(comp['skipped_here'])} pass there and did not "
-                     "run here")
+                     f"there and fail here, {len(comp['skipped_here'])} pass there and are "
+                     "skipped or expected to fail here")
         lines += [f"  REGRESSION {e['test']}: {e['reason_here']}" for e in comp["regressions"]]
     if report.foreign:
         lines.append(f"{len(report.foreign)} test(s) ran on process groups of another backend:")
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{len(selection.files)} file(s); {len(exps)} [upstream] expectation(s)"
               + (f" from {exp_path}" if exp_path else ""))
         return 0
-    out = Path(args.report_dir)
+    out = Path(args.report_dir).resolve()  # the pytest processes run in --tests
     try:
         if base is not None:
             baseline = _run_backend(base, selection, base_chosen, None, base_exps,
