@@ -426,3 +426,40 @@ def test_backend_strings():
     assert groups.is_backends("cpu:gloo,mock:mockccl", "mock", "mockccl")
     assert not groups.is_backends("cpu:gloo,cuda:gloo", "mock", "mockccl")
     assert groups.is_backends("threaded", "cpu", "threaded")
+
+
+def test_records_are_attributed_to_tests(tmp_path):
+    """Groups of a continuous worker's class go to each of its tests, a unittest id to its
+    test, a node id to itself; a group made outside any test and recorder errors stay on the
+    file."""
+    from accelkit.conformance.upstream.report import UpstreamReport, add_file
+    from accelkit.conformance.upstream.runner import FileRun
+    from accelkit.core import registry
+
+    run = FileRun("t.py", tmp_path)
+    run.records.mkdir()
+    run.collected = [{"nodeid": "t.py::C::test_a", "unittest_id": "t.C.test_a"},
+                     {"nodeid": "t.py::C::test_b", "unittest_id": "t.C.test_b"},
+                     {"nodeid": "t.py::D::test_c", "unittest_id": "t.D.test_c"}]
+    run.tests = [{"nodeid": n["nodeid"], "outcome": "pass", "reason": "", "details": "",
+                  "duration_s": 1.0, "expectation": None} for n in run.collected]
+
+    def group(test, backend="mock:mockccl", size=2):
+        return {"kind": "group", "test": test, "backend": backend, "size": size, "rank": 0,
+                "bound_device": None, "device": None}
+    lines = [group(["class", "t.C"]), group(["unittest", "t.C.test_b"], size=1),
+             group(["node", "t.py::D::test_c"], "cpu:gloo"), group(None),
+             {"kind": "device", "test": ["unittest", "t.C.test_a"], "device": "mock:1"},
+             {"kind": "error", "error": "ValueError: boom"}]
+    (run.records / "groups-1.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    report = UpstreamReport(spec=registry.get("mock"), torch="2.13.0", started="t", root="r",
+                            kind="folder", version=None, strict=True)
+    add_file(report, run, None)
+    tests = {t.nodeid: t for t in report.tests}
+    assert [g["size"] for g in tests["t.py::C::test_a"].groups] == [2]
+    assert tests["t.py::C::test_a"].devices == ["mock:1"]
+    assert sorted(g["size"] for g in tests["t.py::C::test_b"].groups) == [1, 2]
+    assert tests["t.py::D::test_c"].flag_kind == "foreign"
+    assert report.foreign == [tests["t.py::D::test_c"]] and not report.ok()  # strict
+    assert report.files[0].unattributed_groups[0]["backend"] == "mock:mockccl"
+    assert report.files[0].recorder_errors == ["ValueError: boom"]

@@ -92,6 +92,12 @@ def _files(report: UpstreamReport) -> list[str]:
         lines += [f"### `{f.path}`", "", f"{f.duration_s:.1f} s, log `{f.log}`", ""]
         for err in f.collect_errors:
             lines += [f"**Collection error** `{err['nodeid']}`: {_cell(err['reason'], 400)}", ""]
+        if f.unattributed_groups:
+            lines += ["Process groups created outside any test: " + ", ".join(
+                f"`{g['backend']}` ({g['size']} × {g['ranks']})" for g in f.unattributed_groups),
+                ""]
+        for err in f.recorder_errors:
+            lines += [f"**Process-group recorder error**: {_cell(err, 400)}", ""]
         if tests:
             lines += ["| class " + header, "|---|" + "---:|" * (len(_COLUMNS) + 1)]
             lines += [_counts_row(f"`{c}`", report.counts(ts))

@@ -60,7 +60,8 @@ class FileResult:
     duration_s: float
     log: str
     collect_errors: list[dict] = field(default_factory=list)
-    unattributed_groups: list[dict] = field(default_factory=list)
+    unattributed_groups: list[dict] = field(default_factory=list)  # made outside any test
+    recorder_errors: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -145,13 +146,18 @@ def _split(nodeid: str) -> tuple[str, str | None, str]:
     return parts[0], None, parts[-1]
 
 
-def _attribute(run: FileRun) -> tuple[dict[str, list[dict]], dict[str, list[str]], list[dict]]:
-    """This file's group and device records by node id, plus those no test claims."""
+def _attribute(run: FileRun) -> tuple[dict[str, list[dict]], dict[str, list[str]], list[dict],
+                                       list[str]]:
+    """This file's group and device records by node id, the groups no test claims, and the
+    recorder's own errors."""
     by_unittest = {t["unittest_id"]: t["nodeid"] for t in run.collected if t["unittest_id"]}
     per_test: dict[str, list[dict]] = {}
     devices: dict[str, list[str]] = {}
-    loose = []
+    loose, errors = [], []
     for record in groups_mod.load(run.records):
+        if record.get("kind") == "error":
+            errors.append(record["error"])
+            continue
         kind, ident = record.get("test") or (None, None)
         if kind == "node":
             owners = [ident]
@@ -161,14 +167,14 @@ def _attribute(run: FileRun) -> tuple[dict[str, list[dict]], dict[str, list[str]
             owners = [n for u, n in by_unittest.items() if u.startswith(ident + ".")]
         else:
             owners = []
-        if not owners:
+        if not owners and record.get("kind") == "group":
             loose.append(record)
         for owner in owners:
             if record.get("kind") == "device":
                 devices.setdefault(owner, []).append(record["device"])
-            elif "backend" in record:
+            else:
                 per_test.setdefault(owner, []).append(record)
-    return per_test, devices, loose
+    return per_test, devices, loose, errors
 
 
 def _summarise(records: list[dict]) -> list[dict]:
@@ -203,9 +209,10 @@ def flag_for(spec: BackendSpec, group_list: list[dict]) -> tuple[str | None, str
 
 
 def add_file(report: UpstreamReport, run: FileRun, area: str | None) -> None:
-    per_test, devices, loose = _attribute(run)
+    per_test, devices, loose, errors = _attribute(run)
     report.files.append(FileResult(run.path, area, run.status, run.exit_code, run.duration_s,
-                                   str(run.log), run.collect_errors, _summarise(loose)))
+                                   str(run.log), run.collect_errors, _summarise(loose),
+                                   sorted(set(errors))))
     for record in run.tests:
         file, cls, name = _split(record["nodeid"])
         group_list = _summarise(per_test.get(record["nodeid"], []))
