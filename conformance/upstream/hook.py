@@ -1,8 +1,9 @@
 """The start-up hook of an ``accelkit upstream`` run, active in every Python process of the run
 (the pytest process and each rank the harness spawns or forks).
 
-``accelkit upstream`` puts ``startup/`` on ``PYTHONPATH`` and its configuration in
-``ACCELKIT_UPSTREAM`` (JSON: backend, records directory, adaptations to apply). Python imports
+``accelkit upstream`` puts ``startup/`` on ``PYTHONPATH`` and the path of the file's run
+configuration in ``ACCELKIT_UPSTREAM`` (a JSON file: backend, records directory, adaptations
+to apply, and for the plugin the results file and the expectations). Python imports
 ``startup/sitecustomize.py`` at interpreter start (children started by multiprocessing's
 spawn and forkserver, and plain subprocesses, inherit the environment), which calls
 :func:`install_from_env`. That installs one import hook (:class:`_AfterImport`) that runs code
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Callable
 from types import ModuleType
 
-#: Environment variable holding the run's configuration (JSON).
+#: Environment variable holding the path of the run's configuration (a JSON file).
 CONFIG_ENV = "ACCELKIT_UPSTREAM"
 
 
@@ -102,7 +103,15 @@ def install(config: dict) -> None:
     sys.meta_path.insert(0, finder)
 
 
+def config_from_env() -> dict | None:
+    path = os.environ.get(CONFIG_ENV)
+    if not path:
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
 def install_from_env() -> None:
-    raw = os.environ.get(CONFIG_ENV)
-    if raw:
-        install(json.loads(raw))
+    config = config_from_env()
+    if config is not None:
+        install(config)

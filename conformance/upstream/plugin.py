@@ -21,7 +21,7 @@ import pytest
 from accelkit.conformance.expectations import UpstreamExpectation
 from accelkit.conformance.upstream import groups
 from accelkit.conformance.upstream.groups import TEST_ENV
-from accelkit.conformance.upstream.hook import CONFIG_ENV
+from accelkit.conformance.upstream.hook import config_from_env
 
 _EXCEPTION = re.compile(
     r"^(?:E\s+)?([A-Za-z_][\w.]*(?:Error|Exception|Exit|Failed|Timeout|Interrupt)\b.*)$")
@@ -149,6 +149,6 @@ class _Upstream:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    raw = os.environ.get(CONFIG_ENV)
-    if raw:
-        config.pluginmanager.register(_Upstream(json.loads(raw)), "accelkit-upstream")
+    upstream = config_from_env()
+    if upstream is not None:
+        config.pluginmanager.register(_Upstream(upstream), "accelkit-upstream")

@@ -99,11 +99,13 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
     run.records.mkdir(parents=True)
     results = run.directory / "results.jsonl"
     results.write_text("")
-    config = {**config, "records": str(run.records), "results": str(results)}
+    config_file = run.directory / "config.json"
+    config_file.write_text(json.dumps({**config, "records": str(run.records),
+                                       "results": str(results)}))
     pythonpath = os.pathsep.join(p for p in (str(STARTUP_DIR), os.environ.get("PYTHONPATH"))
                                  if p)
     env = {**os.environ, "OMP_NUM_THREADS": "1", **env_extra, "PYTHONPATH": pythonpath,
-           CONFIG_ENV: json.dumps(config)}
+           CONFIG_ENV: str(config_file)}
     cmd = [sys.executable, "-m", "pytest", rel, "--rootdir", str(root), "-p", PLUGIN,
            "-p", "no:cacheprovider", "-q", *pytest_args]
     start = time.monotonic()
