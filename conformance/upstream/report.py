@@ -249,7 +249,7 @@ def to_json(report: UpstreamReport) -> dict:
                    "flagged": [{"nodeid": t.nodeid, "kind": t.flag_kind, "flag": t.flag}
                                for t in report.flagged]},
         "files": files,
-        "tests": [{k: v for k, v in asdict(t).items() if k != "spec"} for t in report.tests],
+        "tests": [asdict(t) for t in report.tests],
         "comparison": report.comparison,
     }
 
