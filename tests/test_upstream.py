@@ -284,6 +284,8 @@ def test_adaptations_are_refused_on_another_torch(monkeypatch, capsys):
     (["--area", "fsdp2"], "--area selects from a PyTorch checkout's default set"),
     (["--file", "nope.py"], "--file nope.py: no such file under"),
     (["--compare", "/nonexistent/report.json"], "--compare /nonexistent/report.json:"),
+    (["--compare", "r.json", "--baseline", "cpu"], "give one of them"),
+    (["--jobs", "0"], "--jobs must be at least 1"),
 ])
 def test_usage_errors(capsys, args, message):
     if args and args[0] != "--tests" and "--tests PATH" not in message:

@@ -264,6 +264,9 @@ def run(args: argparse.Namespace) -> int:
                              f"{version} or a folder of test files")
         if args.jobs < 1 or args.file_timeout <= 0:
             raise UsageError("--jobs must be at least 1 and --file-timeout positive")
+        if args.baseline and args.compare:
+            raise UsageError("--baseline runs the comparison run, --compare reads one: "
+                             "give one of them")
         selection = selection_mod.select(args.tests, areas=args.area, files=args.files,
                                          torch_version=version,
                                          ignore_version=args.ignore_version)
