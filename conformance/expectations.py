@@ -15,8 +15,8 @@ stays in the report), PASS becomes XPASS (a failure under ``--strict``: the expe
 stale). ``status = "skip"``: the check does not run (SKIP with the reason); use it for checks
 that would crash or hang. ``torch`` is a comma-separated list of ``>=``, ``>``, ``<=``, ``<``,
 ``==``, ``!=`` clauses on release numbers (``2.13`` compares as ``2.13.0``; local parts such as
-``+cpu`` are ignored). Only the ``checks`` table is allowed at the top level, only the keys above
-in an entry. An id no check has is an error naming it and the closest known ids (catches typos);
+``+cpu`` are ignored). Only the ``checks`` and ``upstream`` tables are allowed at the top
+level, only the keys above in an entry. An id no check has is an error naming it and the closest known ids (catches typos);
 a malformed file is an error naming the file and the line or key.
 
 The same file may hold an ``[upstream]`` table for ``accelkit upstream`` (PyTorch's own tests):
