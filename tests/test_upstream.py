@@ -294,6 +294,17 @@ def test_usage_errors(capsys, args, message):
     assert message in capsys.readouterr().err
 
 
+def test_a_backend_that_cannot_run_here_exits_3(capsys, tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["upstream", "--backend", "cuda", "--tests", str(FIXTURES),
+                 "--report-dir", str(tmp_path)]) == 3
+    assert "backend cuda cannot run here: no CUDA device" in capsys.readouterr().err
+
+
 # --- file selection -----------------------------------------------------------------------
 
 def _checkout(tmp_path: Path, version: str = "2.13.0a0") -> Path:
