@@ -15,14 +15,28 @@ stays in the report), PASS becomes XPASS (a failure under ``--strict``: the expe
 stale). ``status = "skip"``: the check does not run (SKIP with the reason); use it for checks
 that would crash or hang. ``torch`` is a comma-separated list of ``>=``, ``>``, ``<=``, ``<``,
 ``==``, ``!=`` clauses on release numbers (``2.13`` compares as ``2.13.0``; local parts such as
-``+cpu`` are ignored). Only the ``checks`` table is allowed at the top level, only the keys above
-in an entry. An id no check has is an error naming it and the closest known ids (catches typos);
+``+cpu`` are ignored). Only the ``checks`` and ``upstream`` tables are allowed at the top
+level, only the keys above in an entry. An id no check has is an error naming it and the closest known ids (catches typos);
 a malformed file is an error naming the file and the line or key.
+
+The same file may hold an ``[upstream]`` table for ``accelkit upstream`` (PyTorch's own tests):
+test node-id glob patterns (``fnmatch``: ``*``, ``?``, ``[...]``; node ids are
+``<path relative to --tests>::<Class>::<test>``) to a status, a reason, a ``category`` (one of
+:data:`CATEGORIES`), an optional ``link`` and ``torch`` range::
+
+    [upstream."test/distributed/tensor/test_random_ops.py::*::test_deterministic_uniform_2d"]
+    status = "xfail"
+    reason = "uniform_ on a 2-D mesh draws a different offset"
+    category = "backend-bug"
+    link = "https://github.com/org/repo/issues/34"
+
+:func:`load` ignores that table; :func:`load_upstream` reads it.
 """
 
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import re
 import sys
 from dataclasses import dataclass
@@ -34,7 +48,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 STATUSES = ("xfail", "skip")
+#: Why an upstream test is expected not to pass (``category`` of an ``[upstream]`` entry).
+CATEGORIES = ("unsupported-op", "version-skew", "torch-limitation", "backend-bug")
 _KEYS = {"status", "reason", "link", "torch"}
+_UPSTREAM_KEYS = _KEYS | {"category"}
+_TABLES = ("checks", "upstream")
 _CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
 
 
@@ -78,17 +96,36 @@ def version_matches(version: str, spec: str) -> bool:
     return True
 
 
-def _line_of(text: str, check_id: str) -> int | None:
-    pattern = re.compile(r'^\s*\[\s*checks\s*\.\s*["\']?' + re.escape(check_id) + r'["\']?\s*\]')
+@dataclass(frozen=True)
+class UpstreamExpectation:
+    """One ``[upstream."PATTERN"]`` entry: tests whose node id matches ``pattern``."""
+
+    pattern: str
+    status: str
+    reason: str
+    category: str
+    link: str | None = None
+    torch: str | None = None
+
+    def matches(self, node_id: str) -> bool:
+        return fnmatch.fnmatchcase(node_id, self.pattern)
+
+    def to_dict(self) -> dict:
+        return {"pattern": self.pattern, "status": self.status, "reason": self.reason,
+                "category": self.category, "link": self.link, "torch": self.torch}
+
+
+def _line_of(text: str, check_id: str, table: str = "checks") -> int | None:
+    pattern = re.compile(r'^\s*\[\s*' + table + r'\s*\.\s*["\']?' + re.escape(check_id)
+                         + r'["\']?\s*\]')
     for number, line in enumerate(text.splitlines(), 1):
         if pattern.match(line):
             return number
     return None
 
 
-def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str, Expectation]:
-    """Parse ``path``; return the expectations that apply to ``torch_version``, by check id."""
-    path = Path(path)
+def _read(path: Path) -> tuple[str, dict]:
+    """The file's text and parsed TOML; only the known top-level tables are allowed."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -97,11 +134,46 @@ def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str,
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ExpectationsError(f"{path}: not valid TOML: {exc}") from None
-    extra = sorted(set(data) - {"checks"})
+    extra = sorted(set(data) - set(_TABLES))
     if extra:
         raise ExpectationsError(
             f"{path}: unknown top-level key(s) {', '.join(map(repr, extra))}; "
-            "entries go under [checks.\"area.name\"]")
+            "entries go under [checks.\"area.name\"] or [upstream.\"PATTERN\"]")
+    return text, data
+
+
+def _entry(where: str, key: str, entry: dict, allowed: set[str],
+           torch_version: str) -> bool:
+    """Validate the keys every entry shares; False when its ``torch`` range excludes
+    ``torch_version``."""
+    unknown = sorted(set(entry) - allowed)
+    if unknown:
+        raise ExpectationsError(
+            f"{where}: {key} has unknown key(s) {', '.join(unknown)}; "
+            f"allowed: {', '.join(sorted(allowed))}")
+    status = entry.get("status")
+    if status not in STATUSES:
+        raise ExpectationsError(
+            f"{where}: {key}.status is {status!r}; expected one of {', '.join(STATUSES)}")
+    reason = entry.get("reason")
+    if not isinstance(reason, str) or not reason.strip():
+        raise ExpectationsError(f"{where}: {key}.reason is missing; say why")
+    for opt in ("link", "torch"):
+        if opt in entry and not isinstance(entry[opt], str):
+            raise ExpectationsError(f"{where}: {key}.{opt} must be a string")
+    torch_range = entry.get("torch")
+    if torch_range is None:
+        return True
+    try:
+        return version_matches(torch_version, torch_range)
+    except ValueError as exc:
+        raise ExpectationsError(f"{where}: {key}.torch: {exc}") from None
+
+
+def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str, Expectation]:
+    """Parse ``path``; return the expectations that apply to ``torch_version``, by check id."""
+    path = Path(path)
+    text, data = _read(path)
     entries = data.get("checks", {})
     if not isinstance(entries, dict):
         raise ExpectationsError(f"{path}: 'checks' must be a table of [checks.\"area.name\"] entries")
@@ -124,29 +196,39 @@ def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str,
             close = difflib.get_close_matches(check_id, sorted(known_ids), n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             raise ExpectationsError(f"{where}: unknown check id {check_id!r}{hint}")
-        unknown = sorted(set(entry) - _KEYS)
-        if unknown:
+        if not _entry(where, key, entry, _KEYS, torch_version):
+            continue
+        result[check_id] = Expectation(check_id, entry["status"], entry["reason"].strip(),
+                                       entry.get("link"), entry.get("torch"))
+    return result
+
+
+def load_upstream(path: str | Path, torch_version: str) -> list[UpstreamExpectation]:
+    """The ``[upstream]`` entries of ``path`` that apply to ``torch_version``, in file order
+    (a test matched by several patterns takes the first)."""
+    path = Path(path)
+    text, data = _read(path)
+    entries = data.get("upstream", {})
+    if not isinstance(entries, dict):
+        raise ExpectationsError(
+            f"{path}: 'upstream' must be a table of [upstream.\"PATTERN\"] entries")
+    result = []
+    for pattern, entry in entries.items():
+        line = _line_of(text, pattern, "upstream")
+        where = f"{path}:{line}" if line else str(path)
+        key = f"upstream.\"{pattern}\""
+        if not isinstance(entry, dict) or (entry and all(isinstance(v, dict)
+                                                         for v in entry.values())):
             raise ExpectationsError(
-                f"{where}: {key} has unknown key(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(sorted(_KEYS))}")
-        status = entry.get("status")
-        if status not in STATUSES:
+                f"{where}: {key} is not an entry; quote the pattern: "
+                "[upstream.\"test/distributed/x.py::Class::test_*\"]")
+        if not _entry(where, key, entry, _UPSTREAM_KEYS, torch_version):
+            continue
+        category = entry.get("category")
+        if category not in CATEGORIES:
             raise ExpectationsError(
-                f"{where}: {key}.status is {status!r}; expected one of {', '.join(STATUSES)}")
-        reason = entry.get("reason")
-        if not isinstance(reason, str) or not reason.strip():
-            raise ExpectationsError(f"{where}: {key}.reason is missing; say why")
-        for opt in ("link", "torch"):
-            if opt in entry and not isinstance(entry[opt], str):
-                raise ExpectationsError(f"{where}: {key}.{opt} must be a string")
-        torch_range = entry.get("torch")
-        if torch_range is not None:
-            try:
-                applies = version_matches(torch_version, torch_range)
-            except ValueError as exc:
-                raise ExpectationsError(f"{where}: {key}.torch: {exc}") from None
-            if not applies:
-                continue
-        result[check_id] = Expectation(check_id, status, reason.strip(), entry.get("link"),
-                                       torch_range)
+                f"{where}: {key}.category is {category!r}; expected one of "
+                f"{', '.join(CATEGORIES)}")
+        result.append(UpstreamExpectation(pattern, entry["status"], entry["reason"].strip(),
+                                          category, entry.get("link"), entry.get("torch")))
     return result

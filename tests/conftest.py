@@ -14,6 +14,10 @@ import pytest
 
 TESTS = Path(__file__).resolve().parent
 
+#: Test files in the style of PyTorch's, run by `accelkit upstream` in tests/test_upstream.py,
+#: never collected by accelkit's own test run.
+collect_ignore = ["fixtures/upstream", "fixtures/upstream_failures"]
+
 
 def run_python(code: str, *args: str, timeout: float = 120, path: tuple[str, ...] = (),
                env: dict[str, str] | None = None, cwd: Path = TESTS) -> subprocess.CompletedProcess:

@@ -1,6 +1,7 @@
 """The ``accelkit`` command. Each sub-command lives in its own module, exposing
 ``add_arguments(parser)`` and ``run(args) -> int``; they are imported only when used, so
-``accelkit --help`` stays fast."""
+``accelkit --help`` stays fast. A module with ``ACCEPTS_EXTRA_ARGS = True`` gets the
+arguments it does not declare in ``args.extra`` (``accelkit upstream`` hands them to pytest)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("accelkit.commands.doctor", "check a backend's device handle (exit 1 on errors)"),
     "conformance": ("accelkit.conformance.cli", "run the conformance suite on a backend"),
     "new": ("accelkit.commands.new", "create a vendor backend package from the cuda-like template"),
+    "upstream": ("accelkit.conformance.upstream.cli",
+                 "run PyTorch's own distributed tests on a backend (harness adapted)"),
 }
 
 
@@ -33,7 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     if command in COMMANDS:
         module = importlib.import_module(COMMANDS[command][0])
         module.add_arguments(subparsers[command])
-    args = parser.parse_args(argv)
+    if command in COMMANDS and getattr(module, "ACCEPTS_EXTRA_ARGS", False):
+        args, args.extra = parser.parse_known_args(argv)
+    else:
+        args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2

@@ -1,0 +1,42 @@
+"""The one place ``accelkit upstream`` depends on the conformance suite's report model: an
+upstream report as a :class:`~accelkit.conformance.runner.RunReport` of
+:class:`~accelkit.conformance.outcomes.CheckResult`, so that ``junit.xml`` comes from the
+suite's own writer (:func:`accelkit.conformance.reports.to_junit`) and the Markdown uses the
+suite's outcome marks. Each upstream file becomes a report area (one JUnit ``testsuite``),
+each test ``<file area>.<Class>::<test>``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from accelkit.conformance import reports
+from accelkit.conformance.outcomes import CheckResult, Outcome
+from accelkit.conformance.runner import RunOptions, RunReport
+from accelkit.conformance.upstream.report import UpstreamReport
+from accelkit.conformance.upstream.runner import slug
+
+_OUTCOME = {"pass": Outcome.PASS, "fail": Outcome.FAIL, "error": Outcome.ERROR,
+            "timeout": Outcome.TIMEOUT, "crash": Outcome.CRASH, "skip": Outcome.SKIP,
+            "xfail": Outcome.XFAIL, "xpass": Outcome.XPASS}
+
+
+def mark(outcome: str) -> str:
+    """The suite's label for an outcome (``✅ pass``, ``❌ FAIL``...)."""
+    return reports._MARK[_OUTCOME[outcome]]
+
+
+def to_run_report(report: UpstreamReport) -> RunReport:
+    run = RunReport(spec=report.spec, options=RunOptions(strict=report.strict),
+                    torch=report.torch, started=report.started, duration_s=report.duration_s)
+    for t in report.tests:
+        rest = t.nodeid.split("::", 1)[1] if "::" in t.nodeid else t.name
+        reason = t.reason + (f"\n\n{t.details}" if t.details else "")
+        run.results.append(CheckResult(
+            id=f"{slug(t.file)}.{rest}", world_size=0, outcome=_OUTCOME[t.outcome],
+            reason=reason, duration_s=t.duration_s, expectation=t.expectation))
+    return run
+
+
+def write_junit(report: UpstreamReport, path: Path) -> None:
+    reports.to_junit(to_run_report(report)).write(path, encoding="utf-8", xml_declaration=True)

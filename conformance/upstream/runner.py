@@ -1,0 +1,195 @@
+"""Runs upstream test files: one pytest process per file, ``jobs`` files at a time.
+
+A process per file keeps PyTorch's test files apart as their own CI runs them (many share a
+basename, e.g. ``test_utils.py``, which one pytest process cannot import twice; harness state
+such as the default process group or ``PrivateUse1TestBase`` does not leak from file to
+file) and gives each file its wall time and its timeout. Inside a file tests run one after
+the other: the harness's multi-process tests already start ``world_size`` ranks each.
+Parallel files (``--jobs``) are safe for the harness (its rendezvous go through temporary
+files) but not for the few upstream tests that bind a fixed TCP port; the default is 1.
+
+A file that outlives its timeout is killed with its whole process group (the ranks included)
+and mockccl's shared-memory segments of the killed processes are removed; its tests that did
+not finish are TIMEOUT, those of a pytest process that died are CRASH. Ctrl-C kills every
+running file the same way before it propagates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accelkit.conformance.pool import sweep_shm
+from accelkit.conformance.upstream.hook import CONFIG_ENV
+
+STARTUP_DIR = Path(__file__).resolve().parent / "startup"
+PLUGIN = "accelkit.conformance.upstream.plugin"
+
+
+@dataclass
+class FileRun:
+    """What one file's pytest process left: its results and how it ended."""
+
+    path: str
+    directory: Path
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    status: str = "ok"                 # ok, timeout, crash, pytest-error
+    tests: list[dict] = field(default_factory=list)
+    collected: list[dict] = field(default_factory=list)
+    collect_errors: list[dict] = field(default_factory=list)
+    matched: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def log(self) -> Path:
+        return self.directory / "pytest.log"
+
+    @property
+    def records(self) -> Path:
+        return self.directory / "groups"
+
+
+def slug(path: str) -> str:
+    """A file's name for directories and report areas: ``a/b/test_x.py`` -> ``a/b/test_x``
+    with dots replaced (report areas may not contain dots)."""
+    return re.sub(r"\.py$", "", path).replace(".", "_")
+
+
+def _session_pids(sid: int) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid:  # fields after the name: state ppid pgrp session
+                pids.append(int(entry.name))
+    return pids
+
+
+def _kill(proc: subprocess.Popen) -> None:
+    """Kill ``proc``'s process group (pytest and the ranks it started) and their segments."""
+    pids = _session_pids(proc.pid)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+    sweep_shm(pids)
+
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: list[str],
+             timeout_s: float, env_extra: dict[str, str]) -> FileRun:
+    run = FileRun(rel, out_dir / "files" / slug(rel))
+    shutil.rmtree(run.directory, ignore_errors=True)  # records of an earlier run
+    run.records.mkdir(parents=True)
+    results = run.directory / "results.jsonl"
+    results.write_text("")
+    config_file = run.directory / "config.json"
+    config_file.write_text(json.dumps({**config, "records": str(run.records),
+                                       "results": str(results)}))
+    pythonpath = os.pathsep.join(p for p in (str(STARTUP_DIR), os.environ.get("PYTHONPATH"))
+                                 if p)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", **env_extra, "PYTHONPATH": pythonpath,
+           CONFIG_ENV: str(config_file)}
+    cmd = [sys.executable, "-m", "pytest", rel, "--rootdir", str(root), "-p", PLUGIN,
+           "-p", "no:cacheprovider", "-q", *pytest_args]
+    start = time.monotonic()
+    with open(run.log, "w") as log:
+        log.write(f"$ (cd {root} && {' '.join(cmd)})\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        with _live_lock:
+            _live.add(proc)
+        try:
+            run.exit_code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill(proc)
+            run.status = "timeout"
+        finally:
+            with _live_lock:
+                _live.discard(proc)
+    run.duration_s = round(time.monotonic() - start, 3)
+    _read_results(run, results, timeout_s)
+    return run
+
+
+def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
+    for line in results.read_text().splitlines():
+        record = json.loads(line)
+        kind = record.pop("kind")
+        if kind == "collected":
+            run.collected, run.matched = record["tests"], record["matched"]
+        elif kind == "collect_error":
+            run.collect_errors.append(record)
+        elif kind == "test":
+            run.tests.append(record)
+    if run.status == "ok" and run.exit_code not in (0, 1, 5):
+        # 2 interrupted (also: collection errors), 3 internal error, 4 usage error, < 0 signal
+        if run.exit_code is None or run.exit_code < 0:
+            run.status = "crash"
+        else:
+            run.status = "collect-error" if run.collect_errors else "pytest-error"
+    done = {t["nodeid"] for t in run.tests}
+    for test in run.collected:
+        if test["nodeid"] in done:
+            continue
+        if run.status == "timeout":
+            outcome, reason = "timeout", f"the file ran past its {timeout_s:g} s timeout"
+        else:
+            outcome, reason = "crash", f"pytest ended ({_how(run.exit_code)}) before the test"
+        run.tests.append({"nodeid": test["nodeid"], "outcome": outcome, "reason": reason,
+                          "details": "", "duration_s": 0.0, "expectation": None})
+
+
+def _how(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def run_files(root: Path, files: list[str], out_dir: Path, config: dict,
+              pytest_args: list[str], timeout_s: float, env_extra: dict[str, str], jobs: int,
+              progress=None) -> list[FileRun]:
+    """Run ``files`` (``jobs`` at a time); results in the order of ``files``. An exception
+    (Ctrl-C) kills the files still running, then propagates."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(rel: str) -> FileRun:
+        run = run_file(root, rel, out_dir, config, pytest_args, timeout_s, env_extra)
+        if progress is not None:
+            progress(run)
+        return run
+
+    pool = ThreadPoolExecutor(max_workers=max(1, jobs))
+    futures = [pool.submit(one, rel) for rel in files]
+    try:
+        return [f.result() for f in futures]
+    except BaseException:
+        for future in futures:
+            future.cancel()
+        with _live_lock:
+            running = list(_live)
+        for proc in running:
+            _kill(proc)
+        raise
+    finally:
+        pool.shutdown(wait=True)
