@@ -1,12 +1,32 @@
-// The device allocator with per-device capacity and CUDA-style statistics, and the pinned
-// host allocator. Not a caching allocator: every allocation goes to the runtime.
+// The caching device allocator and the pinned host allocator (allocator.h).
 #include "allocator.h"
+
+#include "events.h"
 
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <tuple>
 
 namespace accelkit {
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+constexpr size_t kSmallRound = 512;       // requests below 1 MiB: multiples of 512 bytes
+constexpr size_t kLargeRound = 2 * kMiB;  // from 1 MiB: multiples of 2 MiB (a device's page)
+
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+size_t rounded(size_t nbytes) {
+  return nbytes < kMiB ? round_up(nbytes, kSmallRound) : round_up(nbytes, kLargeRound);
+}
+
+// A cached block may serve a request if it wastes at most 1 MiB or half of itself.
+bool fits(size_t block, size_t request) {
+  return block >= request && (block - request <= kMiB || block < 2 * request);
+}
+
+}  // namespace
 
 std::string format_size(uint64_t bytes) {
   char buf[64];
@@ -22,100 +42,17 @@ std::string format_size(uint64_t bytes) {
   return buf;
 }
 
-DeviceAllocator::DeviceAllocator() : stats_(device_count()), capacity_(device_count(), 0) {
-  for (auto& s : stats_) s = std::make_unique<Stats>();
+bool DeviceAllocator::BySize::operator()(const Block* a, const Block* b) const {
+  return std::tie(a->stream, a->size, a->data) < std::tie(b->stream, b->size, b->data);
+}
+
+DeviceAllocator::DeviceAllocator() : devices_(device_count()), capacity_(device_count(), 0) {
+  for (auto& d : devices_) d = std::make_unique<Device>();
 }
 
 DeviceAllocator& DeviceAllocator::get() {
-  static DeviceAllocator* instance = new DeviceAllocator();  // leaked: outlives all tensors
+  static auto* instance = new DeviceAllocator();  // leaked: outlives every tensor
   return *instance;
-}
-
-c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
-  const int device = current_device();
-  mark_initialized();
-  if (nbytes == 0) return {nullptr, nullptr, &delete_block, c10::Device(kDeviceType, device)};
-  reserve(device, nbytes, nullptr);
-  void* data = runtime().allocate(device, nbytes);
-  if (data == nullptr) {
-    unreserve(device, nbytes, nullptr);
-    raise_oom(device, nbytes, "the driver refused the allocation");
-  }
-  track(device, data, nbytes);
-  auto* block = new Block{data, nbytes, device, {}};
-  return {data, block, &delete_block, c10::Device(kDeviceType, device)};
-}
-
-c10::DataPtr DeviceAllocator::adopt(c10::intrusive_ptr<c10::StorageImpl> owner, int device) {
-  const size_t nbytes = owner->nbytes();
-  void* data = owner->mutable_data();
-  if (nbytes == 0) return {data, nullptr, &delete_block, c10::Device(kDeviceType, device)};
-  reserve(device, nbytes, data);
-  auto* block = new Block{data, nbytes, device, std::move(owner)};
-  return {data, block, &delete_block, c10::Device(kDeviceType, device)};
-}
-
-void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
-  runtime().copy(dest, current_device(), src, current_device(), count);
-}
-
-void DeviceAllocator::emptyCache(c10::MempoolId_t /*pool*/) {}
-void DeviceAllocator::recordStream(const c10::DataPtr& /*ptr*/, c10::Stream /*stream*/) {}
-
-c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(
-    c10::DeviceIndex device) {
-  auto& s = stats(resolve_index(device));
-  std::lock_guard<std::mutex> lock(s.mutex);
-  c10::CachingDeviceAllocator::DeviceStats out;
-  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-  out.allocation[agg] = s.allocation;
-  out.segment[agg] = s.allocation;
-  out.active[agg] = s.allocation;
-  out.allocated_bytes[agg] = s.bytes;
-  out.reserved_bytes[agg] = s.bytes;
-  out.active_bytes[agg] = s.bytes;
-  out.requested_bytes[agg] = s.bytes;
-  out.num_ooms = s.num_ooms;
-  out.num_device_alloc = s.allocation.allocated;
-  out.num_device_free = s.allocation.freed;
-  return out;
-}
-
-void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
-  auto& s = stats(resolve_index(device));
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.allocation.reset_accumulated();
-  s.bytes.reset_accumulated();
-  s.num_ooms = 0;
-}
-
-void DeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
-  auto& s = stats(resolve_index(device));
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.allocation.reset_peak();
-  s.bytes.reset_peak();
-}
-
-std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
-  const int index = resolve_index(device);
-  auto& s = stats(index);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  const size_t total = capacity(index);
-  return {total - static_cast<size_t>(s.bytes.current), total};
-}
-
-int DeviceAllocator::device_of(const void* ptr) {
-  for (int d = 0; d < static_cast<int>(stats_.size()); ++d) {
-    auto& s = stats(d);
-    std::lock_guard<std::mutex> lock(s.mutex);
-    auto it = s.blocks.upper_bound(ptr);
-    if (it == s.blocks.begin()) continue;
-    --it;
-    if (static_cast<const char*>(ptr) < static_cast<const char*>(it->first) + it->second) {
-      return d;
-    }
-  }
-  return -1;
 }
 
 size_t DeviceAllocator::capacity(int device) {
@@ -123,64 +60,266 @@ size_t DeviceAllocator::capacity(int device) {
   return capacity_[device];
 }
 
-// Count `nbytes` on `device` (and track `data` if known), or raise OutOfMemoryError.
-void DeviceAllocator::reserve(int device, size_t nbytes, const void* data) {
-  auto& s = stats(device);
+c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
+  const int device = current_device();
+  mark_initialized();
+  const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
+  if (nbytes == 0) return {nullptr, nullptr, &delete_block, where};
+  const int64_t stream = current_stream(device);
+  const size_t size = rounded(nbytes);
+  Device& d = state(device);
+  std::lock_guard<std::mutex> lock(d.mutex);
+  collect_freed(d);
+  Block* block = take_cached(d, stream, size);
+  if (block == nullptr) block = new_segment(d, device, size, nbytes);
+  block->requested = nbytes;
+  block->stream = stream;
+  count_allocated(d, *block);
+  return {block->data, block, &delete_block, where};
+}
+
+DeviceAllocator::Block* DeviceAllocator::take_cached(Device& d, int64_t stream, size_t size) {
+  Block probe;
+  probe.stream = stream;
+  probe.size = size;
+  auto it = d.cached.lower_bound(&probe);
+  if (it == d.cached.end() || (*it)->stream != stream || !fits((*it)->size, size)) return nullptr;
+  Block* block = *it;
+  d.cached.erase(it);
+  return block;
+}
+
+DeviceAllocator::Block* DeviceAllocator::new_segment(Device& d, int device, size_t size,
+                                                     size_t requested) {
   const size_t total = capacity(device);
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (static_cast<size_t>(s.bytes.current) + nbytes <= total) {
-      s.bytes.increase(nbytes);
-      s.allocation.increase(1);
-      if (data != nullptr) s.blocks.emplace(data, nbytes);
-      return;
+  std::string why;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (static_cast<size_t>(d.reserved_bytes.current) + size <= total) {
+      void* data = runtime().allocate(device, size);
+      if (data != nullptr) {
+        auto* block = new Block();
+        block->data = data;
+        block->size = size;
+        block->device = device;
+        d.segments.emplace(data, block);
+        d.reserved_bytes.increase(size);
+        d.segment.increase(1);
+        d.num_device_alloc += 1;
+        return block;
+      }
+      why = "the driver refused the allocation";
     }
-    s.num_ooms += 1;
+    if (attempt == 0 && (!d.cached.empty() || !d.freeing.empty())) {
+      d.num_alloc_retries += 1;  // give the cache back to the runtime and try again
+      release_cached(d, device);
+      continue;
+    }
+    break;
   }
-  raise_oom(device, nbytes, "");
+  d.num_ooms += 1;
+  raise_oom(d, device, requested, why);
 }
 
-void DeviceAllocator::track(int device, const void* data, size_t nbytes) {
-  auto& s = stats(device);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.blocks.emplace(data, nbytes);
+void DeviceAllocator::count_allocated(Device& d, const Block& b) {
+  d.allocation.increase(1);
+  d.active.increase(1);
+  d.allocated_bytes.increase(b.size);
+  d.active_bytes.increase(b.size);
+  d.requested_bytes.increase(b.requested);
 }
 
-void DeviceAllocator::unreserve(int device, size_t nbytes, const void* data) {
-  auto& s = stats(device);
-  std::lock_guard<std::mutex> lock(s.mutex);
-  s.bytes.decrease(nbytes);
-  s.allocation.decrease(1);
-  if (data != nullptr) s.blocks.erase(data);
+// Blocks other streams used become reusable once those streams passed the free.
+void DeviceAllocator::collect_freed(Device& d) {
+  for (size_t i = 0; i < d.freeing.size();) {
+    Block* block = d.freeing[i];
+    bool done = true;
+    for (const auto& event : block->pending) done = done && event->query();
+    if (!done) {
+      ++i;
+      continue;
+    }
+    block->pending.clear();
+    d.active.decrease(1);
+    d.active_bytes.decrease(block->size);
+    d.cached.insert(block);
+    d.freeing[i] = d.freeing.back();
+    d.freeing.pop_back();
+  }
 }
 
-void DeviceAllocator::raise_oom(int device, size_t nbytes, const std::string& why) {
-  size_t allocated = 0;
+void DeviceAllocator::release_cached(Device& d, int device) {
+  for (Block* block : d.freeing) {  // empty_cache waits for the streams, as CUDA does
+    for (const auto& event : block->pending) event->synchronize();
+  }
+  collect_freed(d);
+  for (Block* block : d.cached) {
+    runtime().release(device, block->data);
+    d.segments.erase(block->data);
+    d.reserved_bytes.decrease(block->size);
+    d.segment.decrease(1);
+    d.num_device_free += 1;
+    delete block;
+  }
+  d.cached.clear();
+}
+
+c10::DataPtr DeviceAllocator::adopt(c10::intrusive_ptr<c10::StorageImpl> owner, int device) {
+  const size_t nbytes = owner->nbytes();
+  void* data = owner->mutable_data();
+  const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
+  if (nbytes == 0) return {data, nullptr, &delete_block, where};
+  Device& d = state(device);
+  std::lock_guard<std::mutex> lock(d.mutex);
+  if (static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device)) {
+    d.num_alloc_retries += 1;
+    release_cached(d, device);
+    if (static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device)) {
+      d.num_ooms += 1;
+      raise_oom(d, device, nbytes, "");
+    }
+  }
+  auto* block = new Block();
+  block->data = data;
+  block->size = nbytes;
+  block->requested = nbytes;
+  block->device = device;
+  block->owner = std::move(owner);
+  d.segments.emplace(data, block);
+  d.reserved_bytes.increase(nbytes);
+  d.segment.increase(1);
+  count_allocated(d, *block);
+  return {data, block, &delete_block, where};
+}
+
+void DeviceAllocator::free_block(Block* block) {
+  Device& d = state(block->device);
+  c10::intrusive_ptr<c10::StorageImpl> owner;
   {
-    auto& s = stats(device);
-    std::lock_guard<std::mutex> lock(s.mutex);
-    allocated = static_cast<size_t>(s.bytes.current);
+    std::lock_guard<std::mutex> lock(d.mutex);
+    d.allocation.decrease(1);
+    d.allocated_bytes.decrease(block->size);
+    d.requested_bytes.decrease(block->requested);
+    if (block->owner) {  // adopted: back to its CPU storage
+      owner = std::move(block->owner);
+      d.segments.erase(block->data);
+      d.reserved_bytes.decrease(block->size);
+      d.segment.decrease(1);
+      d.active.decrease(1);
+      d.active_bytes.decrease(block->size);
+      delete block;
+    } else if (!block->used_by.empty() && runtime().async()) {
+      for (int64_t stream : block->used_by) block->pending.push_back(mark(block->device, stream));
+      block->used_by.clear();
+      d.freeing.push_back(block);
+    } else {
+      block->used_by.clear();
+      d.active.decrease(1);
+      d.active_bytes.decrease(block->size);
+      d.cached.insert(block);
+    }
   }
+  owner.reset();  // outside the lock: may free CPU memory
+}
+
+void DeviceAllocator::delete_block(void* ctx) {
+  if (ctx != nullptr) get().free_block(static_cast<Block*>(ctx));
+}
+
+void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  runtime().copy(dest, current_device(), src, current_device(), count);
+}
+
+void DeviceAllocator::emptyCache(c10::MempoolId_t /*pool*/) {
+  for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
+    Device& d = state(device);
+    std::lock_guard<std::mutex> lock(d.mutex);
+    release_cached(d, device);
+  }
+}
+
+void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  auto* block = static_cast<Block*>(ptr.get_context());
+  if (block == nullptr || block->owner || ptr.get_deleter() != &delete_block) return;
+  if (stream.id() == block->stream) return;
+  Device& d = state(block->device);
+  std::lock_guard<std::mutex> lock(d.mutex);
+  block->used_by.insert(stream.id());
+}
+
+c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(
+    c10::DeviceIndex device) {
+  Device& d = state(resolve_index(device));
+  std::lock_guard<std::mutex> lock(d.mutex);
+  collect_freed(d);
+  c10::CachingDeviceAllocator::DeviceStats out;
+  const auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+  out.allocation[agg] = d.allocation;
+  out.segment[agg] = d.segment;
+  out.active[agg] = d.active;
+  out.allocated_bytes[agg] = d.allocated_bytes;
+  out.reserved_bytes[agg] = d.reserved_bytes;
+  out.active_bytes[agg] = d.active_bytes;
+  out.requested_bytes[agg] = d.requested_bytes;
+  out.num_ooms = d.num_ooms;
+  out.num_alloc_retries = d.num_alloc_retries;
+  out.num_device_alloc = d.num_device_alloc;
+  out.num_device_free = d.num_device_free;
+  return out;
+}
+
+void DeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  Device& d = state(resolve_index(device));
+  std::lock_guard<std::mutex> lock(d.mutex);
+  for (Stat* s : {&d.allocation, &d.segment, &d.active, &d.allocated_bytes, &d.reserved_bytes,
+                  &d.active_bytes, &d.requested_bytes}) {
+    s->reset_accumulated();
+  }
+  d.num_ooms = d.num_alloc_retries = d.num_device_alloc = d.num_device_free = 0;
+}
+
+void DeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
+  Device& d = state(resolve_index(device));
+  std::lock_guard<std::mutex> lock(d.mutex);
+  for (Stat* s : {&d.allocation, &d.segment, &d.active, &d.allocated_bytes, &d.reserved_bytes,
+                  &d.active_bytes, &d.requested_bytes}) {
+    s->reset_peak();
+  }
+}
+
+std::pair<size_t, size_t> DeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  const int index = resolve_index(device);
+  Device& d = state(index);
+  std::lock_guard<std::mutex> lock(d.mutex);
+  const size_t total = capacity(index);
+  return {total - static_cast<size_t>(d.reserved_bytes.current), total};
+}
+
+int DeviceAllocator::device_of(const void* ptr) {
+  for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
+    Device& d = state(device);
+    std::lock_guard<std::mutex> lock(d.mutex);
+    auto it = d.segments.upper_bound(ptr);
+    if (it == d.segments.begin()) continue;
+    --it;
+    if (static_cast<const char*>(ptr) < static_cast<const char*>(it->first) + it->second->size) {
+      return device;
+    }
+  }
+  return -1;
+}
+
+void DeviceAllocator::raise_oom(Device& d, int device, size_t nbytes, const std::string& why) {
   const size_t total = capacity(device);
-  const size_t free = total > allocated ? total - allocated : 0;
+  const size_t reserved = static_cast<size_t>(d.reserved_bytes.current);
+  const size_t allocated = static_cast<size_t>(d.allocated_bytes.current);
+  const size_t free = total > reserved ? total - reserved : 0;
   TORCH_CHECK_WITH(OutOfMemoryError, false, device_name(), " out of memory. Tried to allocate ",
                    format_size(nbytes), ". Device ", device, " has a total capacity of ",
                    format_size(total), " of which ", format_size(free),
                    " is free. Of the allocated memory ", format_size(allocated),
-                   " is allocated by PyTorch. ", why.empty() ? "" : why + ". ",
-                   runtime().capacity_hint());
-}
-
-void DeviceAllocator::delete_block(void* ctx) {
-  auto* block = static_cast<Block*>(ctx);
-  if (block == nullptr) return;
-  if (block->owner) {
-    block->owner.reset();
-  } else {
-    runtime().release(block->device, block->data);
-  }
-  get().unreserve(block->device, block->nbytes, block->data);
-  delete block;
+                   " is allocated by PyTorch, and ", format_size(reserved - allocated),
+                   " is reserved by PyTorch but unallocated. ",
+                   why.empty() ? "" : why + ". ", runtime().capacity_hint());
 }
 
 namespace {

@@ -1,9 +1,21 @@
-// Private: the device allocator and the pinned-memory allocator.
+// Private: the device's caching allocator and the pinned-memory allocator.
 //
-// Every byte a device tensor owns is counted here: memory from Runtime::allocate, and host
-// buffers adopted from CPU kernels by the zero-copy fallback (adopt()). Going over
-// Runtime::capacity raises torch.OutOfMemoryError with CUDA's wording (requested, allocated,
-// capacity). It is a c10::DeviceAllocator, so torch.accelerator.memory_* read its stats.
+// CUDA's model (c10/cuda/CUDACachingAllocator.cpp), in simpler form: memory comes from
+// Runtime::allocate in segments (requests rounded to 512 bytes, or to 2 MiB from 1 MiB up), one
+// block per segment; a freed block is kept in its device's cache and reused for a later request
+// of a similar size on the same stream, so allocation-heavy code does not pay a driver
+// allocation per op. Stream-ordered like CUDA: a block is reused only on the stream it was
+// allocated on, whose later work runs after the work that used it; a block that other streams
+// used (Tensor.record_stream) is reused only once those streams have reached the point where it
+// was freed. Statistics have torch.cuda.memory_stats' meaning (allocated: blocks in use;
+// reserved: segments held, cached included; active, requested, segment, num_alloc_retries,
+// num_ooms). Over the runtime's capacity, or when the runtime refuses, the cache is released and
+// the allocation retried once; then torch.OutOfMemoryError says what was requested, allocated,
+// reserved and the capacity.
+//
+// Host buffers a CPU kernel produced can be adopted as device memory without copying (the
+// zero-copy fallback on host-accessible devices): they count as allocated and reserved while
+// alive, and are returned to their CPU storage, not cached.
 #pragma once
 
 #include <accelkit/context.h>
@@ -15,29 +27,34 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace accelkit {
+
+class EventState;
 
 // "1.50 MiB"
 std::string format_size(uint64_t bytes);
 
 class DeviceAllocator final : public c10::DeviceAllocator {
  public:
-  // What a DataPtr's context points to: the block, and for adopted host buffers the CPU
-  // storage that owns the bytes (kept alive while the device tensor lives).
+  // What a DataPtr's context points to.
   struct Block {
-    void* data;
-    size_t nbytes;
-    int device;
-    c10::intrusive_ptr<c10::StorageImpl> owner;
+    void* data = nullptr;
+    size_t size = 0;       // bytes held (the segment)
+    size_t requested = 0;  // bytes asked for
+    int device = 0;
+    int64_t stream = 0;                  // allocated on (and reused only on) this stream
+    std::set<int64_t> used_by;           // other streams (record_stream)
+    std::vector<std::shared_ptr<EventState>> pending;  // freed: those streams' progress
+    c10::intrusive_ptr<c10::StorageImpl> owner;         // adopted: the CPU storage
   };
 
   c10::DataPtr allocate(size_t nbytes) override;
 
-  // Wrap host bytes owned by a CPU storage as device memory of `device` without copying
-  // (the zero-copy fallback's outputs); counted in the stats like an allocation.
+  // Wrap host bytes owned by a CPU storage as device memory of `device` without copying.
   c10::DataPtr adopt(c10::intrusive_ptr<c10::StorageImpl> owner, int device);
 
   // The context is a Block, not the data pointer: raw allocation through a plain deleter is
@@ -46,39 +63,50 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   void copy_data(void* dest, const void* src, std::size_t count) const override;
 
   bool initialized() override { return accelkit::initialized(); }
+  // Give every cached block back to the runtime (torch.<device>.empty_cache).
   void emptyCache(c10::MempoolId_t pool) override;
+  // Tensor.record_stream: the block's memory is in use by `stream` too.
   void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
 
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
   void resetAccumulatedStats(c10::DeviceIndex device) override;
   void resetPeakStats(c10::DeviceIndex device) override;
-  // (free, total) bytes, as torch.cuda.mem_get_info.
+  // (free, total) bytes, as torch.cuda.mem_get_info: capacity minus reserved.
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
 
-  // The device whose memory holds `ptr` (anywhere inside a live block), or -1.
+  // The device whose memory holds `ptr` (anywhere inside a live or cached block), or -1.
   int device_of(const void* ptr);
 
   static DeviceAllocator& get();
 
  private:
-  struct Stats {
+  using Stat = c10::CachingAllocator::Stat;
+  struct BySize {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  struct Device {
     std::mutex mutex;
-    c10::CachingAllocator::Stat allocation;
-    c10::CachingAllocator::Stat bytes;
-    int64_t num_ooms = 0;
-    std::map<const void*, size_t> blocks;  // live blocks, for device_of()
+    Stat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
+        requested_bytes;
+    int64_t num_ooms = 0, num_alloc_retries = 0, num_device_alloc = 0, num_device_free = 0;
+    std::set<Block*, BySize> cached;        // free, reusable on their stream
+    std::vector<Block*> freeing;            // free, waiting for other streams
+    std::map<const void*, Block*> segments;  // every segment and adopted buffer
   };
 
   DeviceAllocator();
-  Stats& stats(int device) { return *stats_.at(device); }
+  Device& state(int device) { return *devices_.at(device); }
   size_t capacity(int device);
-  void reserve(int device, size_t nbytes, const void* data);
-  void track(int device, const void* data, size_t nbytes);
-  void unreserve(int device, size_t nbytes, const void* data);
-  [[noreturn]] void raise_oom(int device, size_t nbytes, const std::string& why);
+  Block* take_cached(Device& d, int64_t stream, size_t size);
+  Block* new_segment(Device& d, int device, size_t size, size_t requested);
+  void release_cached(Device& d, int device);  // caller holds d.mutex
+  void collect_freed(Device& d);               // caller holds d.mutex
+  void count_allocated(Device& d, const Block& b);
+  [[noreturn]] void raise_oom(Device& d, int device, size_t nbytes, const std::string& why);
+  void free_block(Block* block);
   static void delete_block(void* ctx);
 
-  std::vector<std::unique_ptr<Stats>> stats_;
+  std::vector<std::unique_ptr<Device>> devices_;
   std::vector<size_t> capacity_;
 };
 

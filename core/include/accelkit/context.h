@@ -43,4 +43,10 @@ void set_current_device_unchecked(int index) noexcept;
 // Index of a device argument that may be negative ("the current device").
 int resolve_index(int64_t index);
 
+// The calling thread's current stream on `device` (a c10 stream id; 0: the default stream),
+// where the layer queues the work it issues (Runtime::launch, Runtime::copy_async) and where a
+// vendor kernel launches its own.
+int64_t current_stream(int device);
+void set_current_stream(int device, int64_t stream);
+
 }  // namespace accelkit

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 
 namespace accelkit {
@@ -46,14 +48,52 @@ class Runtime {
   virtual void release_pinned(void* ptr) noexcept = 0;
 
   // Copy `nbytes` between host and device memory or between two devices; a device of kHost
-  // means host memory. Synchronous. CUDA: cudaMemcpy / cudaMemcpyPeer.
+  // means host memory. Synchronous: complete when it returns; not ordered with work queued on
+  // streams (the layer orders its copies with copy_async). CUDA: cudaMemcpy / cudaMemcpyPeer.
   // Ascend: aclrtMemcpy.
   virtual void copy(void* dst, int dst_device, const void* src, int src_device,
                     size_t nbytes) = 0;
 
-  // Wait until all work queued on `device` is done. CUDA: cudaDeviceSynchronize.
-  // Ascend: aclrtSynchronizeDevice.
+  // Wait until all work queued on `device` is done; raises the first error of that work.
+  // CUDA: cudaDeviceSynchronize. Ascend: aclrtSynchronizeDevice.
   virtual void synchronize(int device) = 0;
+
+  // ---- Asynchronous execution -------------------------------------------------------------
+  // A device whose work runs in queues (streams) overrides these together and returns true
+  // from async(); the defaults describe a synchronous device, whose work is complete when the
+  // call that issued it returns. Streams are c10 stream ids of a device (0: its default
+  // stream). accelkit builds events, stream waits and the stream-ordered allocator on them.
+
+  virtual bool async() const noexcept { return false; }
+
+  // Run `fn` on the host in `stream`'s order: after the work queued on it before, before the
+  // work queued after. An exception from `fn` is raised, naming `what`, by the next
+  // synchronizing call (synchronize, stream_synchronize, a copy to the host). This is how the
+  // layer's events and waits are built, and how a device kernel computed on the host is
+  // launched. CUDA: cudaLaunchHostFunc (a kernel launch for device code).
+  virtual void launch(int device, int64_t stream, const char* what, std::function<void()> fn) {
+    (void)device, (void)stream, (void)what;
+    fn();
+  }
+
+  // Copy in `stream`'s order (`device` is the device of the stream). Host memory given as
+  // `src` may be reused as soon as the call returns (pageable memory is staged); host memory
+  // given as `dst` holds the data once the stream reaches the copy. CUDA: cudaMemcpyAsync.
+  virtual void copy_async(void* dst, int dst_device, const void* src, int src_device,
+                          size_t nbytes, int device, int64_t stream) {
+    (void)device, (void)stream;
+    copy(dst, dst_device, src, src_device, nbytes);
+  }
+
+  // Wait until all work queued on `stream` is done; raises the first error of the device's
+  // work. CUDA: cudaStreamSynchronize.
+  virtual void stream_synchronize(int device, int64_t stream) { (void)device, (void)stream; }
+
+  // True when all work queued on `stream` is done. CUDA: cudaStreamQuery.
+  virtual bool stream_query(int device, int64_t stream) {
+    (void)device, (void)stream;
+    return true;
+  }
 
   // True when device memory is ordinary host memory the CPU can read and write (the mock,
   // unified-memory parts). The layer then runs ops without a native kernel as CPU kernels

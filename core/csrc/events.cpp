@@ -1,0 +1,86 @@
+// Events in stream order (events.h).
+#include "events.h"
+
+#include <accelkit/runtime.h>
+
+#include <chrono>
+
+namespace accelkit {
+namespace {
+
+double now_ms() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+uint64_t EventState::record(int device, int64_t stream) {
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n = ++recorded_;
+  }
+  runtime().launch(device, stream, "event record",
+                   [self = shared_from_this(), n] { self->complete(n); });
+  return n;
+}
+
+void EventState::complete(uint64_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (n > completed_) {
+      completed_ = n;
+      time_ms_ = now_ms();
+    }
+  }
+  cv_.notify_all();
+}
+
+void EventState::wait_for(uint64_t n) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [&] { return completed_ >= n; });
+}
+
+void EventState::block(int device, int64_t stream) {
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n = recorded_;
+    if (completed_ >= n) return;  // nothing to wait for
+  }
+  runtime().launch(device, stream, "event wait",
+                   [self = shared_from_this(), n] { self->wait_for(n); });
+}
+
+bool EventState::query() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_ >= recorded_;
+}
+
+void EventState::synchronize() {
+  uint64_t n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    n = recorded_;
+  }
+  wait_for(n);
+}
+
+bool EventState::recorded() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return recorded_ > 0;
+}
+
+double EventState::time_ms() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return time_ms_;
+}
+
+std::shared_ptr<EventState> mark(int device, int64_t stream) {
+  auto event = std::make_shared<EventState>();
+  event->record(device, stream);
+  return event;
+}
+
+}  // namespace accelkit
