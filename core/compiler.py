@@ -159,13 +159,14 @@ def compiler_status(name: str) -> CompilerStatus:
     import torch._inductor.compile_fx  # noqa: F401  (runs the Inductor registration)
     from torch._inductor.codegen import common
 
-    interface = di.device_interfaces.get(name)
+    common.init_backend_registration()  # torch's own devices (cpu, cuda, ...)
+    interface = di.get_registered_device_interfaces() and di.device_interfaces.get(name)
     codegen = common.device_codegens.get(name)
     entry = _registered.get(name)
     reason = None
     if codegen is None:
         reason = f"no Inductor backend is registered for {name!r}"
-    elif name not in common.device_op_overrides_dict:
+    elif not _has_op_overrides(common, name):
         reason = (f"{name!r} has an Inductor backend but no device op overrides: Inductor "
                   f"stops with KeyError: {name!r}; register both (register_compiler does)")
     elif entry is not None and entry.refusal is not None:
@@ -178,6 +179,14 @@ def compiler_status(name: str) -> CompilerStatus:
         scheduling=_class_name(codegen.scheduling) if codegen is not None else None,
         wrapper=_class_name(codegen.wrapper_codegen) if codegen is not None else None,
         inductor=reason is None, reason=reason)
+
+
+def _has_op_overrides(common: Any, name: str) -> bool:
+    try:
+        common.get_device_op_overrides(name)  # fills torch's own devices' on first use
+    except KeyError:
+        return False
+    return True
 
 
 def _class_name(obj: Any) -> str:
