@@ -110,6 +110,7 @@ class CompilerStatus:
 class _Entry:
     device_module: Any
     inductor: InductorFactory | None
+    missing: str | None = None  # why no Dynamo interface can be built from the module
     refusal: str | None = None  # why Inductor cannot compile for the device
 
 
@@ -124,16 +125,13 @@ def register_compiler(name: str, device_module: Any, inductor: InductorFactory |
 
     ``inductor`` is the seam for the device's codegen: a function returning an
     :class:`InductorCodegen`, or None for a device without an Inductor backend (Inductor then
-    refuses with a message naming ``aot_eager``). Raises :class:`CompilerRegistrationError` if
-    the module lacks a member the Dynamo interface needs, or ``inductor`` is not callable.
-    Registering the same name again with the same arguments does nothing.
+    refuses with a message naming ``aot_eager``). A module that lacks a function the Dynamo
+    interface needs (:data:`REQUIRED_MEMBERS`; the device-handle check reports it too) gets no
+    interface and Inductor's refusal naming what is missing. Raises
+    :class:`CompilerRegistrationError` if ``inductor`` is not callable or ``name`` is
+    registered with other arguments; the same arguments again do nothing.
     """
     missing = [m for m in REQUIRED_MEMBERS if not callable(getattr(device_module, m, None))]
-    if missing:
-        raise CompilerRegistrationError(
-            f"torch.{name} lacks {', '.join(missing)}: Dynamo's DeviceInterface for {name!r} is "
-            "built from these device-module functions; add them (accelkit's "
-            "build_device_module provides them)")
     if inductor is not None and not callable(inductor):
         raise CompilerRegistrationError(
             f"inductor={inductor!r} for {name!r} is not callable: pass a function without "
@@ -147,7 +145,10 @@ def register_compiler(name: str, device_module: Any, inductor: InductorFactory |
             raise CompilerRegistrationError(
                 f"{name!r} is already registered with the compiler stack with another device "
                 "module or codegen; register once per process")
-        _registered[name] = _Entry(device_module, inductor)
+        _registered[name] = _Entry(device_module, inductor, missing=(
+            f"torch.{name} lacks {', '.join(missing)}: Dynamo's DeviceInterface for {name!r} is "
+            "built from these device-module functions; add them (accelkit's "
+            "build_device_module provides them)") if missing else None)
     _after_import(DYNAMO_MODULE, lambda: _register_dynamo(name))
     _after_import(INDUCTOR_MODULE, lambda: _register_inductor(name))
 
@@ -160,20 +161,23 @@ def compiler_status(name: str) -> CompilerStatus:
     from torch._inductor.codegen import common
 
     common.init_backend_registration()  # torch's own devices (cpu, cuda, ...)
-    interface = di.get_registered_device_interfaces() and di.device_interfaces.get(name)
+    di.get_registered_device_interfaces()  # same for Dynamo's
+    interface = di.device_interfaces.get(name)
     codegen = common.device_codegens.get(name)
     entry = _registered.get(name)
     reason = None
-    if codegen is None:
+    if entry is not None and entry.refusal is not None:
+        reason = entry.refusal
+    elif codegen is None:
         reason = f"no Inductor backend is registered for {name!r}"
     elif not _has_op_overrides(common, name):
         reason = (f"{name!r} has an Inductor backend but no device op overrides: Inductor "
                   f"stops with KeyError: {name!r}; register both (register_compiler does)")
-    elif entry is not None and entry.refusal is not None:
-        reason = entry.refusal
     if interface is None and reason is None:
         reason = (f"{name!r} has an Inductor backend but no Dynamo DeviceInterface; register "
                   "both (register_compiler does)")
+    if interface is None and entry is not None and entry.missing:
+        reason = entry.missing
     return CompilerStatus(
         interface=interface.__name__ if interface is not None else None,
         scheduling=_class_name(codegen.scheduling) if codegen is not None else None,
@@ -199,7 +203,7 @@ def _register_dynamo(name: str) -> None:
     code: it is kept, and :func:`compiler_status` names it)."""
     from torch._dynamo import device_interface as di
 
-    if name not in di.device_interfaces:
+    if name not in di.device_interfaces and _registered[name].missing is None:
         di.register_interface_for_device(
             name, build_device_interface(name, _registered[name].device_module))
 
@@ -344,7 +348,9 @@ def _register_inductor(name: str) -> None:
                          f"({_class_name(existing.scheduling)}); register the device with the "
                          "compiler stack once, through one of the two")
         return
-    if entry.inductor is None:
+    if entry.missing is not None:
+        entry.refusal = entry.missing
+    elif entry.inductor is None:
         entry.refusal = (f"the {name!r} device has no Inductor backend, torch.compile's default "
                          f"backend; compile with torch.compile(fn, backend=\"aot_eager\"), or "
                          f"register the device's codegen (accelkit.core.register_accelerator("
