@@ -44,14 +44,18 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 
 #: The two ways each program is compiled, and what the Inductor one needs.
 BACKENDS = {"aot_eager": (), "inductor": ("inductor",)}
+#: Seconds an Inductor variant may take: with empty caches its first compile builds C++ kernels
+#: in every rank (over 60 s on a busy 2-core host); warm, a few seconds.
+INDUCTOR_TIMEOUT_S = 300.0
 
 
-def _variants(name: str, **kwargs) -> Callable[[Callable], Callable]:
+def _variants(name: str, requires: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Register ``fn(ctx, backend)`` as ``compile.<name>_aot_eager`` and
-    ``compile.<name>_inductor``; the docstring is shared, with the backend appended."""
+    ``compile.<name>_inductor`` (needing ``requires`` too); the docstring is shared, with the
+    backend appended."""
 
     def decorate(fn: Callable) -> Callable:
-        for backend, requires in BACKENDS.items():
+        for backend, needs in BACKENDS.items():
             def run(ctx, _backend=backend):
                 _prepare_inductor()
                 return fn(ctx, _backend)
@@ -59,8 +63,8 @@ def _variants(name: str, **kwargs) -> Callable[[Callable], Callable]:
             run.__name__ = run.__qualname__ = f"{fn.__name__}_{backend}"
             run.__module__ = fn.__module__
             run.__doc__ = f"{fn.__doc__}\n\nCompiled with backend={backend!r}."
-            check(f"compile.{name}_{backend}", also_at=ALSO_AT,
-                  requires=(*kwargs.get("requires", ()), *requires))(run)
+            check(f"compile.{name}_{backend}", also_at=ALSO_AT, requires=(*requires, *needs),
+                  timeout=INDUCTOR_TIMEOUT_S if backend == "inductor" else None)(run)
         return fn
 
     return decorate
