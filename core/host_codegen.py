@@ -88,7 +88,8 @@ def run_staged(kernel: Any, args: tuple, writes: tuple[int, ...]) -> None:
         host_args[i] = host.set_(staged[key][1], arg.storage_offset(), arg.size(), arg.stride())
     kernel(*host_args)
     written = {args[i].untyped_storage().data_ptr() for i in writes
-               if isinstance(args[i], torch.Tensor) and args[i].device.type != "cpu"}
+               if isinstance(args[i], torch.Tensor) and args[i].device.type != "cpu"
+               and args[i].untyped_storage().nbytes() > 0}
     for key in written:
         device_storage, host_storage = staged[key]
         device_storage.copy_(host_storage)

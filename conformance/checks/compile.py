@@ -137,6 +137,7 @@ def registration(ctx):
     refusal naming aot_eager, not a KeyError (accelkit.core.compiler)."""
     from accelkit.core.compiler import compiler_status
 
+    _prepare_inductor()
     status = compiler_status(ctx.device_type)
     assert status.interface is not None, f"Dynamo has no DeviceInterface for {ctx.device_type!r}"
     from torch._dynamo.device_interface import get_interface_for_device
