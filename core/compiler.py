@@ -39,6 +39,7 @@ import importlib.abc
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -470,5 +471,9 @@ class _RunAfter(importlib.abc.Loader):
             callbacks = self._finder.callbacks.pop(self._fullname, [])
             if not self._finder.callbacks and self._finder in sys.meta_path:
                 sys.meta_path.remove(self._finder)
-        for callback in callbacks:
-            callback()
+        for callback in callbacks:  # a failure must not break torch's own import
+            try:
+                callback()
+            except Exception as exc:
+                warnings.warn(f"accelkit: registering a device when {self._fullname} loaded "
+                              f"failed: {type(exc).__name__}: {exc}", stacklevel=2)
