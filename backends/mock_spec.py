@@ -62,7 +62,8 @@ SPEC = BackendSpec(
     setup=_setup,
     probe=_probe,
     prepare=_prepare,
-    capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True),
+    capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True,
+                              inductor=True),
 )
 
 

@@ -4,6 +4,8 @@
 - :class:`BackendSpec` / :class:`Capabilities` and :mod:`accelkit.core.registry`.
 - :func:`register_accelerator`: one call that registers a PrivateUse1 device and its
   collective library in the right order.
+- :mod:`accelkit.core.compiler`: ``torch.compile`` on the device (Dynamo's interface and an
+  Inductor backend, registered by ``register_accelerator(..., inductor=...)``).
 - :func:`include_dir` and :func:`library`: the reusable C++ integration layer shipped with the
   package (its headers, and its code compiled once per torch version), and
   :func:`load_extension`, which builds a backend's C++ against the installed torch.

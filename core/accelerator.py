@@ -11,7 +11,10 @@ Steps (see the torch 2.13 facts note and PR 102468):
 4. ``torch.distributed.Backend.register_backend(collective_backend, creator,
    extended_api=..., devices=[name])`` (a list: a plain string would be split into letters),
    which also makes ``collective_backend`` the default backend for ``name`` devices;
-5. :func:`accelkit.core.check_device_handle` without touching the device (so registering
+5. :func:`accelkit.core.compiler.register_compiler`: Dynamo's ``DeviceInterface`` and the
+   Inductor backend given as ``inductor=`` (or Inductor's refusal naming ``aot_eager``), each
+   registered when torch loads Dynamo / Inductor (see ``docs/compile.md``);
+6. :func:`accelkit.core.check_device_handle` without touching the device (so registering
    does not make ``is_initialized()`` True, which would stop DeviceMesh selecting each rank's
    device); errors raise when ``strict`` is True and only warn otherwise.
 
@@ -40,6 +43,7 @@ from types import ModuleType
 from typing import Any
 
 from accelkit.core.checker import HandleReport, check_device_handle
+from accelkit.core.compiler import InductorFactory, register_compiler
 
 #: Device types torch parses natively (c10's DeviceType names, as listed by ``torch.device``'s
 #: error message); a PrivateUse1 name may not be one of them.
@@ -62,6 +66,7 @@ class _Registration:
     collective_backend: str | None
     creator: Callable[..., Any] | None
     extended_api: bool
+    inductor: InductorFactory | None
     report: HandleReport
 
 
@@ -71,9 +76,13 @@ _done: dict[str, _Registration] = {}
 def register_accelerator(name: str, device_module: ModuleType | Any, *,
                          collective_backend: str | None = None,
                          creator: Callable[..., Any] | None = None,
-                         extended_api: bool = True, strict: bool = True) -> HandleReport:
+                         extended_api: bool = True, strict: bool = True,
+                         inductor: InductorFactory | None = None) -> HandleReport:
     """Register ``device_module`` as ``torch.<name>`` under PrivateUse1 and, if
     ``collective_backend`` is given, ``creator`` as that c10d backend for ``name`` devices.
+    ``inductor`` is the device's Inductor codegen (the seam of
+    :mod:`accelkit.core.compiler`, e.g. ``HostKernels(name)``); None leaves
+    ``torch.compile`` the ``aot_eager`` backend.
 
     Returns the device-handle report. Calling again with the same arguments returns the
     first report without registering anything again; other arguments for a registered name
@@ -87,9 +96,10 @@ def register_accelerator(name: str, device_module: ModuleType | Any, *,
     with _lock:
         previous = _done.get(name)
         if previous is not None:
-            _check_same(name, previous, device_module, collective_backend, creator, extended_api)
+            _check_same(name, previous, device_module, collective_backend, creator, extended_api,
+                        inductor)
             return _enforce(name, previous.report, strict)
-        _validate_arguments(name, device_module, collective_backend, creator)
+        _validate_arguments(name, device_module, collective_backend, creator, inductor)
 
         import torch
 
@@ -109,13 +119,15 @@ def register_accelerator(name: str, device_module: ModuleType | Any, *,
 
             dist.Backend.register_backend(collective_backend, creator, extended_api=extended_api,
                                           devices=[name])
+        register_compiler(name, device_module, inductor)
         report = check_device_handle(name, touch_device=False)
-        _done[name] = _Registration(device_module, collective_backend, creator, extended_api, report)
+        _done[name] = _Registration(device_module, collective_backend, creator, extended_api,
+                                    inductor, report)
         return _enforce(name, report, strict)
 
 
 def _validate_arguments(name: str, device_module: Any, collective_backend: str | None,
-                        creator: Any) -> None:
+                        creator: Any, inductor: Any) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
         raise AcceleratorRegistrationError(
             f"accelerator name {name!r} is not valid: use a lowercase Python identifier "
@@ -142,6 +154,11 @@ def _validate_arguments(name: str, device_module: Any, collective_backend: str |
         raise AcceleratorRegistrationError(
             f"creator {creator!r} is not callable: pass the function that creates the c10d "
             "backend")
+    if inductor is not None and not callable(inductor):
+        raise AcceleratorRegistrationError(
+            f"inductor={inductor!r} is not callable: pass a function without arguments that "
+            "returns an accelkit.core.compiler.InductorCodegen (e.g. "
+            f"accelkit.core.compiler.HostKernels({name!r})), or None")
 
 
 def _rename_todo(torch: Any, name: str) -> bool:
@@ -196,12 +213,14 @@ def _qualname(fn: Any) -> str:
 
 
 def _check_same(name: str, previous: _Registration, device_module: Any,
-                collective_backend: str | None, creator: Any, extended_api: bool) -> None:
+                collective_backend: str | None, creator: Any, extended_api: bool,
+                inductor: Any) -> None:
     diffs = [f"{label} (first: {old!r}, now: {new!r})" for label, old, new in (
         ("device_module", previous.device_module, device_module),
         ("collective_backend", previous.collective_backend, collective_backend),
         ("creator", previous.creator, creator),
         ("extended_api", previous.extended_api, extended_api),
+        ("inductor", previous.inductor, inductor),
     ) if old is not new and old != new]
     if diffs:
         raise AcceleratorRegistrationError(

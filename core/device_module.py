@@ -306,6 +306,11 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         """bfloat16 tensors work (as in every CPU kernel)."""
         return torch.bfloat16 in amp_dtypes
 
+    def host_accessible() -> bool:
+        """True when the host can address the device's memory (``Runtime::host_accessible``):
+        the zero-copy paths; False takes the copying paths a discrete device takes."""
+        return bool(ext.host_accessible())
+
     def _is_compiled() -> bool:
         """The extension is built (it is imported)."""
         return True

@@ -20,6 +20,7 @@ REQUIREMENTS: dict[str, str] = {
     "rng-tracker": "DTensor's OffsetBasedRNGTracker accepts the device (torch refuses cpu meshes)",
     "offset-exact": "random op element i at offset o depends only on (seed, o + i)",
     "cpu-collectives": "CPU tensors work on the default process group beside device tensors",
+    "inductor": "torch.compile's default backend (Inductor) generates code for the device",
 }
 
 
@@ -32,11 +33,14 @@ class Capabilities:
     ``unsupported`` (torch's RNG tracker does not run on this device).
     ``max_world_size``: how many ranks (devices) one host can run; ``None`` for no limit.
     ``cpu_collectives``: CPU tensors ride along on the default group (through gloo).
+    ``inductor``: the device has an Inductor backend, so ``torch.compile(fn)`` with the default
+    backend compiles for it (accelkit.core.compiler); without one only ``aot_eager`` does.
     """
 
     rng: RNGClass = "unsupported"
     max_world_size: int | None = None
     cpu_collectives: bool = True
+    inductor: bool = False
 
     def __post_init__(self) -> None:
         if self.rng not in RNG_CLASSES:
@@ -56,6 +60,9 @@ class Capabilities:
                 return f"backend declares rng='{self.rng}', not 'offset-exact'"
             if req == "cpu-collectives" and not self.cpu_collectives:
                 return "backend declares cpu_collectives=False"
+            if req == "inductor" and not self.inductor:
+                return ("backend declares inductor=False: the device has no Inductor backend "
+                        "(torch.compile's default); the aot_eager variant runs instead")
         return None
 
 

@@ -15,7 +15,8 @@ import pytest
 from accelkit.conformance.api import CHECKS
 from accelkit.conformance.checks import load_all
 
-AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint")
+AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint",
+         "compile")
 PACKAGE = "accelkit.conformance.checks"
 
 #: Each behaviour the seed PRs describe -> the checks that exercise it.
@@ -106,6 +107,9 @@ FLOOR: dict[str, tuple[str, ...]] = {
            "dropout_offset_exact", "optimizer_step", "meta_init_2d", "comm_counts"),
     "checkpoint": ("sharded_roundtrip", "reshard_shard1", "reshard_replicate", "reshard_2d",
                    "tp_model_roundtrip"),
+    "compile": ("registration", *(f"{program}_{backend}" for program in (
+        "ops", "functional_collectives", "dtensor_program", "tp_block", "dtensor_random")
+        for backend in ("aot_eager", "inductor"))),
 }
 
 SOURCE = re.compile(r"PR \d{6}|torch\.|DTensor\.|DeviceMesh\.|accelkit\.core")
@@ -158,6 +162,8 @@ def test_issue_floor_list_is_covered(catalogue):
 
 def test_requirements_are_consistent(catalogue):
     for cid, c in catalogue.items():
+        if c.area == "compile" and cid.endswith("_inductor"):
+            assert "inductor" in c.requires, f"{cid} must require inductor (SKIP without one)"
         if c.area == "rng" and cid != "rng.cpu_mesh_refused":
             assert "rng-tracker" in c.requires, f"{cid} must require rng-tracker (SKIP on cpu)"
         if "offset-exact" in c.requires:

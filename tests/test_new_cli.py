@@ -165,6 +165,8 @@ def test_rendered_package(tmp_path, capsys):
     assert "device_module = build_device_module(DEVICE_NAME, _C)" in init
     assert 'COLLECTIVE_BACKEND = "dccl"' in init
     assert "creator=dccl.create_backend" in init
+    assert "INDUCTOR = HostKernels(DEVICE_NAME)" in init and "inductor=INDUCTOR" in init
+    assert "cpu_collectives=True, inductor=True)" in texts["src/torch_demo_spec.py"]
 
     pyproject = tomllib.loads(texts["pyproject.toml"])
     assert pyproject["build-system"]["requires"] == ["setuptools>=70.1", "torch", "accelkit"]

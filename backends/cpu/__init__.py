@@ -25,5 +25,6 @@ SPEC = BackendSpec(
     collective_backend="gloo",
     setup=_setup,
     probe=_probe,
-    capabilities=Capabilities(rng="unsupported", max_world_size=None, cpu_collectives=True),
+    capabilities=Capabilities(rng="unsupported", max_world_size=None, cpu_collectives=True,
+                              inductor=True),
 )

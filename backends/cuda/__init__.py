@@ -34,6 +34,7 @@ SPEC = BackendSpec(
     probe=_probe,
     # CUDA's Philox honours the tracker's offsets but draws 4 values per thread in its own
     # layout, so a Shard(0) result is not bitwise the single-device one.
-    capabilities=Capabilities(rng="offset-consistent", max_world_size=None, cpu_collectives=True),
+    capabilities=Capabilities(rng="offset-consistent", max_world_size=None, cpu_collectives=True,
+                              inductor=True),
     expectations=Path(__file__).with_name("expectations.toml"),
 )

@@ -5,7 +5,9 @@ The device is the accelkit C++ layer (``core/include/accelkit``) over a host-mem
 (``csrc/mock_runtime.h``), built on first import by :func:`accelkit.core.load_extension`.
 Configuration: ``ACCELKIT_MOCK_DEVICES`` (default 8), ``ACCELKIT_MOCK_MEMORY`` (capacity per
 device, default ``8GiB``), ``ACCELKIT_MOCK_HOST_ACCESSIBLE=0`` (use the copying paths a
-discrete device takes). Importing claims PrivateUse1 for the process: a process that already
+discrete device takes). ``torch.compile`` works on mock tensors with its default backend:
+Inductor generates C++ kernels that run on the mock's memory, through host copies made by the
+runtime when it is not host-accessible (:mod:`accelkit.core.host_codegen`). Importing claims PrivateUse1 for the process: a process that already
 registered another PrivateUse1 device gets an error naming it.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 from accelkit.backends.mock_spec import EXTENSIONS
 from accelkit.core import load_extension, register_accelerator
+from accelkit.core.compiler import HostKernels
 from accelkit.core.device_module import build_device_module
 
 #: The device type (``torch.device("mock:0")``) and the module name (``torch.mock``).
@@ -30,4 +33,5 @@ device_module = build_device_module(DEVICE_NAME, _C)
 from accelkit.backends.mock import mockccl  # noqa: E402  (after the device: mockccl builds on it)
 
 register_accelerator(DEVICE_NAME, device_module, collective_backend=COLLECTIVE_BACKEND,
-                     creator=mockccl.create_backend, extended_api=True)
+                     creator=mockccl.create_backend, extended_api=True,
+                     inductor=HostKernels(DEVICE_NAME))
