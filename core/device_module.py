@@ -4,7 +4,8 @@ The extension is one built on the accelkit C++ layer (``<accelkit/python.h>``'s
 ``bind_device``): it exposes ``device_count``, ``current_device``, ``set_device``,
 ``check_device``, ``is_initialized``, ``init``, ``synchronize``, ``default_generator``,
 ``memory_stats``, ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
-``mem_get_info``, ``current_stream``, ``set_stream`` and ``host_accessible``.
+``mem_get_info``, ``current_stream``, ``set_stream``, ``host_accessible``, ``is_async`` and
+``empty_cache``.
 :func:`build_device_module` wraps them with the Python API of ``torch.cuda`` that torch's
 distributed stack calls on a device handle (PR 102468; see :class:`accelkit.core.DeviceHandle`
 for each caller): a vendor package calls it instead of writing its own module. Issue #4.
@@ -26,7 +27,7 @@ REQUIRED_BINDINGS: tuple[str, ...] = (
     "device_count", "current_device", "set_device", "check_device", "is_initialized", "init",
     "synchronize", "default_generator", "memory_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "mem_get_info", "current_stream", "set_stream",
-    "host_accessible",
+    "host_accessible", "is_async", "empty_cache",
 )
 
 
@@ -58,8 +59,9 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
     bad_fork = [False]
 
     def _after_fork_in_child() -> None:
-        # Host-memory devices survive fork; a device with driver state does not (as CUDA).
-        if ext.is_initialized() and not ext.host_accessible():
+        # A synchronous host-memory device survives fork; a device with driver state or queue
+        # threads does not (as CUDA).
+        if ext.is_initialized() and (not ext.host_accessible() or ext.is_async()):
             bad_fork[0] = True
 
     os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -227,7 +229,9 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         return tuple(ext.mem_get_info(_index(device)))
 
     def empty_cache() -> None:
-        """Nothing cached: every free returns memory to the device at once."""
+        """Give the allocator's cached blocks back to the device (memory_reserved drops to
+        memory_allocated), after the queued work that may still use them."""
+        ext.empty_cache()
 
     # Streams and events: plain torch.Stream / torch.Event objects on this device (torch's C
     # code checks their exact type, so no subclass instances); isinstance() still works.
@@ -310,6 +314,11 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         """True when the host can address the device's memory (``Runtime::host_accessible``):
         the zero-copy paths; False takes the copying paths a discrete device takes."""
         return bool(ext.host_accessible())
+
+    def is_async() -> bool:
+        """True when the device runs work in queues (``Runtime::async``): ops return before
+        they finish, and the host waits only when it reads results or synchronizes."""
+        return bool(ext.is_async())
 
     def _is_compiled() -> bool:
         """The extension is built (it is imported)."""

@@ -27,7 +27,9 @@ path by ``device.type == "cpu"``):
 - ``DeviceOpOverrides`` (set_device, synchronize, device guard, raw stream) for the device.
 
 **Device memory the host cannot address** (``torch.<name>.host_accessible()`` is False, the
-mock's ``ACCELKIT_MOCK_HOST_ACCESSIBLE=0``): every kernel call goes through the runtime
+mock's ``ACCELKIT_MOCK_HOST_ACCESSIBLE=0``), and **asynchronous devices**
+(``torch.<name>.is_async()``, whose memory may still be in use by queued work when the host
+would run a kernel): every kernel call goes through the runtime
 instead (:func:`run_staged`): each device tensor argument's storage is copied to the host (once
 per storage, so aliasing is kept), the kernel runs on the copies, and the storages of the
 arguments the kernel writes (its non-``const`` pointers) are copied back. Results are those of
@@ -210,7 +212,8 @@ def _make_wrappers(name: str) -> tuple[type, type]:
             super().write_header()
             self.header.splice(f"""
                 from accelkit.core.host_codegen import run_staged
-                {zero_copy} = getattr(torch.{name}, "host_accessible", lambda: False)()
+                {zero_copy} = (getattr(torch.{name}, "host_accessible", lambda: False)()
+                               and not getattr(torch.{name}, "is_async", lambda: False)())
                 """)
 
     class HostKernelSubgraphWrapper(HostKernelCalls, SubgraphPythonWrapperCodegen):

@@ -56,23 +56,30 @@ def test_philox_simd_equals_scalar_reference(unit_results):
 
 
 def test_allocator_statistics_and_out_of_memory():
+    """The caching allocator on a 1 MiB test device: sizes rounded to 512 bytes, a freed block
+    kept (reserved, not allocated) and reused, the cache released before an out-of-memory
+    error, which names requested, allocated, reserved and capacity."""
     proc = run_python(LOAD + """
 t.register_device("layer tests")
 torch.utils.rename_privateuse1_backend("acktest")
-steps, oom = t.allocator_case()
-print(json.dumps({"steps": steps, "oom": oom}))
+steps, oom, reused = t.allocator_case()
+print(json.dumps({"steps": steps, "oom": oom, "reused": reused}))
 """, timeout=900)
     out = json_result(proc)
     full, freed, after_oom, reset = out["steps"]
-    assert full == {"allocated": 6000, "peak": 6000, "reserved": 6000, "allocations": 3,
-                    "num_ooms": 0}
-    assert freed == {"allocated": 4000, "peak": 6000, "reserved": 4000, "allocations": 2,
-                     "num_ooms": 0}
-    assert after_oom == {**freed, "num_ooms": 1}
-    assert reset == {"allocated": 0, "peak": 0, "reserved": 0, "allocations": 0, "num_ooms": 1}
+    assert full == {"allocated": 6144, "peak": 6144, "reserved": 6144, "allocations": 3,
+                    "num_ooms": 0, "retries": 0}
+    assert freed == {"allocated": 4096, "peak": 6144, "reserved": 6144, "allocations": 2,
+                     "num_ooms": 0, "retries": 0}
+    assert out["reused"] is True
+    assert after_oom == {"allocated": 4096, "peak": 6144, "reserved": 4096, "allocations": 2,
+                         "num_ooms": 1, "retries": 1}
+    assert reset == {"allocated": 0, "peak": 0, "reserved": 4096, "allocations": 0,
+                     "num_ooms": 1, "retries": 1}
     assert "acktest out of memory. Tried to allocate 2.00 MiB. Device 1 has a total capacity " \
-           "of 1.00 MiB of which 1020.09 KiB is free. Of the allocated memory 3.91 KiB is " \
-           "allocated by PyTorch." in out["oom"], out["oom"]
+           "of 1.00 MiB of which 1020.00 KiB is free. Of the allocated memory 4.00 KiB is " \
+           "allocated by PyTorch, and 0 bytes is reserved by PyTorch but unallocated." \
+           in out["oom"], out["oom"]
     assert "(the test runtime has 1 MiB)" in out["oom"]
 
 

@@ -20,11 +20,14 @@ if not IN_MOCK_PROCESS:
 
     from conftest import json_result, run_python
 
-    @pytest.mark.parametrize("host_accessible", ["1", "0"])
-    def test_in_own_process(host_accessible):
-        """Run this module's in-process tests in a fresh interpreter, on the zero-copy paths
-        and on the copying paths a discrete device takes."""
-        run_module_with_mock(__file__, host_accessible, ACCELKIT_MOCK_MEMORY="64MiB")
+    @pytest.mark.parametrize("host_accessible,asynchronous",
+                             [("1", "0"), ("0", "0"), ("1", "1"), ("0", "1")],
+                             ids=["default", "discrete", "async", "discrete-async"])
+    def test_in_own_process(host_accessible, asynchronous):
+        """Run this module's in-process tests in a fresh interpreter, in each mode of the mock:
+        zero copy on host memory, a discrete device's copying paths, and both asynchronous."""
+        run_module_with_mock(__file__, host_accessible, ACCELKIT_MOCK_MEMORY="64MiB",
+                             ACCELKIT_MOCK_ASYNC=asynchronous)
 
     def test_autoload_only_when_asked():
         code = """
@@ -217,7 +220,8 @@ else:
                 "mock out of memory. Tried to allocate 32.00 MiB. Device 0 has a total capacity "
                 "of 64.00 MiB of which ") + r"[\d.]+ MiB" + re.escape(
                 " is free. Of the allocated memory ") + r"[\d.]+ MiB" + re.escape(
-                " is allocated by PyTorch. Set ACCELKIT_MOCK_MEMORY (e.g. "
+                " is allocated by PyTorch, and ") + r"[\d.]+ (MiB|KiB|bytes)" + re.escape(
+                " is reserved by PyTorch but unallocated. Set ACCELKIT_MOCK_MEMORY (e.g. "
                 "ACCELKIT_MOCK_MEMORY=16GiB) to change the capacity of each mock device.")):
             torch.empty(32 * MiB // 4, device="mock")
         assert torch.mock.memory_stats()["num_ooms"] == 1
@@ -227,26 +231,54 @@ else:
         del keep
         assert torch.empty(40 * MiB // 4, device="mock:1").numel() == 10 * MiB  # per device
 
-    def test_memory_statistics_are_real():
+    def test_caching_allocator_statistics():
+        """CUDA's semantics (torch.cuda.memory_stats): allocated counts blocks in use (a 1 MiB
+        request takes a 2 MiB block), a freed block stays reserved and is reused, empty_cache
+        gives it back; peaks and mem_get_info follow."""
         torch.mock.synchronize()
-        base = torch.mock.memory_allocated()
+        torch.mock.empty_cache()
+        base, reserved = torch.mock.memory_allocated(), torch.mock.memory_reserved()
         torch.mock.reset_peak_memory_stats()
-        x = torch.empty(MiB // 4, device="mock")  # native allocation
-        y = x + 1  # fallback output, adopted
+        calls = torch.mock.memory_stats()["num_device_alloc"]
+        x = torch.empty(MiB // 4, device="mock")
         assert torch.mock.memory_allocated() == base + 2 * MiB
-        assert torch.accelerator.memory_allocated() == base + 2 * MiB
+        assert torch.mock.memory_reserved() == reserved + 2 * MiB
+        y = x + 1  # a fallback output: adopted (1 MiB) on host memory, a new block otherwise
+        extra = MiB if torch.mock.host_accessible() else 2 * MiB
+        assert torch.mock.memory_allocated() == base + 2 * MiB + extra
+        assert torch.accelerator.memory_allocated() == base + 2 * MiB + extra
+        ptr = x.data_ptr()
         del x, y
+        torch.mock.synchronize()
         assert torch.mock.memory_allocated() == base
-        assert torch.mock.max_memory_allocated() == base + 2 * MiB
-        assert torch.accelerator.max_memory_allocated() == base + 2 * MiB
+        assert torch.mock.memory_reserved() >= reserved + 2 * MiB  # cached, not returned
+        z = torch.empty(MiB // 4, device="mock")
+        assert z.data_ptr() == ptr  # the cached block again, no new device allocation
+        assert torch.mock.memory_stats()["num_device_alloc"] - calls == (1 if extra == MiB else 2)
+        del z
+        assert torch.mock.max_memory_allocated() == base + 2 * MiB + extra
         stats = torch.mock.memory_stats()
-        assert stats["allocated_bytes.all.peak"] == base + 2 * MiB
+        assert stats["allocated_bytes.all.peak"] == base + 2 * MiB + extra
+        assert stats["reserved_bytes.all.current"] >= stats["allocated_bytes.all.current"]
         assert stats == dict(sorted(stats.items()))
         torch.mock.reset_peak_memory_stats()
         assert torch.mock.max_memory_allocated() == base
-        assert torch.accelerator.memory_stats()["allocated_bytes.all.current"] == base
+        torch.mock.empty_cache()
+        assert torch.mock.memory_reserved() == reserved
         free, total = torch.mock.mem_get_info()
-        assert total == 64 * MiB and free == total - base
+        assert total == 64 * MiB and free == total - reserved
+
+    def test_oom_releases_the_cache_first():
+        """A request the cache stands in the way of succeeds: the cached blocks go back to the
+        device and the allocation is retried (num_alloc_retries), as CUDA's allocator does."""
+        torch.mock.empty_cache()
+        retries = torch.mock.memory_stats()["num_alloc_retries"]
+        cached = [torch.empty(8 * MiB // 4, device="mock") for _ in range(5)]
+        del cached  # 40 MiB reserved, nothing allocated
+        big = torch.empty(48 * MiB // 4, device="mock")
+        assert torch.mock.memory_stats()["num_alloc_retries"] == retries + 1
+        del big
+        torch.mock.empty_cache()
 
     def test_streams_and_events():
         s = torch.mock.Stream()
@@ -274,6 +306,66 @@ else:
             plain.elapsed_time(end)
         torch.accelerator.synchronize()
 
+
+    def test_work_is_queued_on_streams():
+        """Asynchronous mock: a call returns before its kernel ran (the stream is busy), work on
+        a stream runs in order, another stream sees it only after waiting on an event, and
+        reading a result waits for it. A synchronous mock runs the same program with the same
+        values (its work is done when a call returns), so there it checks only the values."""
+        from accelkit.backends.mock import _C
+
+        a = torch.ones(1 << 16, device="mock")
+        _C._sleep(300)
+        b = a + a  # the mock's native kernel, queued behind the sleep
+        assert torch.mock.current_stream().query() is (not torch.mock.is_async())
+        assert b.cpu()[0].item() == 2.0  # a copy to the host waits for the stream
+        assert torch.mock.current_stream().query()
+        side = torch.mock.Stream()
+        _C._sleep(300)
+        c = a * a  # default stream, behind the sleep
+        done = torch.mock.Event()
+        done.record()
+        with torch.mock.stream(side):
+            side.wait_event(done)
+            d = c + c
+            assert d.cpu().sum().item() == 2 * (1 << 16)
+
+    def test_record_stream_keeps_memory_from_reuse():
+        """A block another stream still reads is not handed out again before that stream has
+        passed the free (Tensor.record_stream, CUDA's caching allocator). Without it, the new
+        tensor's write would land before the side stream read the old values."""
+        from accelkit.backends.mock import _C
+
+        t = torch.full((1 << 18,), 3.0, device="mock")
+        ptr = t.data_ptr()
+        side = torch.mock.Stream()
+        side.wait_stream(torch.mock.current_stream())
+        with torch.mock.stream(side):
+            _C._sleep(300)
+            out = t * t  # reads t on the side stream, behind the sleep
+        t.record_stream(side)
+        del t
+        u = torch.empty(1 << 18, device="mock")
+        assert (u.data_ptr() != ptr) is torch.mock.is_async()
+        u.fill_(7.0)
+        side.synchronize()
+        assert torch.equal(out.cpu(), torch.full((1 << 18,), 9.0))
+
+    def test_errors_of_queued_work_surface_at_the_next_synchronization():
+        """An asynchronous kernel's error is raised by the next synchronizing call, naming the
+        kernel (a synchronous device raises it at the call)."""
+        from accelkit.backends.mock import _C
+
+        if not torch.mock.is_async():
+            with pytest.raises(RuntimeError, match="boom"):
+                _C._fail("boom")
+            return
+        _C._fail("boom")
+        with pytest.raises(RuntimeError, match="mock: an asynchronous operation failed: _fail "
+                                               "failed on device 0: boom"):
+            torch.mock.synchronize()
+        torch.mock.synchronize()  # raised once; the device works again
+        assert torch.ones(2, device="mock").sum().item() == 2.0
     def test_pin_memory_and_storage_resize():
         pinned = torch.arange(6.0).pin_memory()
         assert pinned.is_pinned() and not torch.arange(6.0).is_pinned()

@@ -347,13 +347,18 @@ def barrier(ctx):
 
 @check("collectives.async_work", also_at=ALSO_AT)
 def async_work(ctx):
-    """async_op=True returns a Work whose wait() completes the collective, is_completed() is
-    then True, and get_future() resolves to the output tensors (torch.distributed Work API)."""
+    """async_op=True returns a Work whose wait() completes the collective for the caller (on an
+    asynchronous device, as NCCL: the current stream waits for it, not the host), is_completed()
+    is True once the device is synchronized, and get_future() resolves to the output tensors
+    (torch.distributed Work API)."""
     mine, every = _inputs(ctx, torch.float32, seed=70)
     work = dist.all_reduce(mine, async_op=True)
     fut = work.get_future()
     assert work.wait() is True, "Work.wait() did not return True"
-    assert work.is_completed(), "Work.is_completed() is False after wait()"
+    handle = getattr(torch, ctx.device_type, None)
+    if ctx.device_type != "cpu" and hasattr(handle, "synchronize"):
+        handle.synchronize()
+    assert work.is_completed(), "Work.is_completed() is False after wait() and synchronize()"
     assert_equal(mine, torch.stack(every).sum(0), "async all_reduce")
     result = fut.wait()
     assert isinstance(result, list) and len(result) == 1, f"future value {result!r}: expected [tensor]"

@@ -68,14 +68,38 @@ c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
   const int64_t stream = current_stream(device);
   const size_t size = rounded(nbytes);
   Device& d = state(device);
+  Block* block = nullptr;
+  std::string why;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    collect_freed(d);
+    block = take_cached(d, stream, size);
+    if (block == nullptr) block = new_segment(d, device, size, why);
+    if (block == nullptr && d.cached.empty() && d.freeing.empty()) {
+      d.num_ooms += 1;
+      raise_oom(d, device, nbytes, why);
+    }
+  }
+  if (block == nullptr) {  // the cache stands in the way: give it back and try once more
+    settle(device);
+    std::lock_guard<std::mutex> lock(d.mutex);
+    d.num_alloc_retries += 1;
+    release_cached(d, device);
+    block = new_segment(d, device, size, why);
+    if (block == nullptr) {
+      d.num_ooms += 1;
+      raise_oom(d, device, nbytes, why);
+    }
+  }
   std::lock_guard<std::mutex> lock(d.mutex);
-  collect_freed(d);
-  Block* block = take_cached(d, stream, size);
-  if (block == nullptr) block = new_segment(d, device, size, nbytes);
   block->requested = nbytes;
   block->stream = stream;
   count_allocated(d, *block);
   return {block->data, block, &delete_block, where};
+}
+
+void DeviceAllocator::settle(int device) {
+  if (runtime().async()) runtime().synchronize(device);
 }
 
 DeviceAllocator::Block* DeviceAllocator::take_cached(Device& d, int64_t stream, size_t size) {
@@ -90,34 +114,25 @@ DeviceAllocator::Block* DeviceAllocator::take_cached(Device& d, int64_t stream, 
 }
 
 DeviceAllocator::Block* DeviceAllocator::new_segment(Device& d, int device, size_t size,
-                                                     size_t requested) {
-  const size_t total = capacity(device);
-  std::string why;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    if (static_cast<size_t>(d.reserved_bytes.current) + size <= total) {
-      void* data = runtime().allocate(device, size);
-      if (data != nullptr) {
-        auto* block = new Block();
-        block->data = data;
-        block->size = size;
-        block->device = device;
-        d.segments.emplace(data, block);
-        d.reserved_bytes.increase(size);
-        d.segment.increase(1);
-        d.num_device_alloc += 1;
-        return block;
-      }
-      why = "the driver refused the allocation";
-    }
-    if (attempt == 0 && (!d.cached.empty() || !d.freeing.empty())) {
-      d.num_alloc_retries += 1;  // give the cache back to the runtime and try again
-      release_cached(d, device);
-      continue;
-    }
-    break;
+                                                     std::string& why) {
+  if (static_cast<size_t>(d.reserved_bytes.current) + size > capacity(device)) {
+    why = "";
+    return nullptr;
   }
-  d.num_ooms += 1;
-  raise_oom(d, device, requested, why);
+  void* data = runtime().allocate(device, size);
+  if (data == nullptr) {
+    why = "the driver refused the allocation";
+    return nullptr;
+  }
+  auto* block = new Block();
+  block->data = data;
+  block->size = size;
+  block->device = device;
+  d.segments.emplace(data, block);
+  d.reserved_bytes.increase(size);
+  d.segment.increase(1);
+  d.num_device_alloc += 1;
+  return block;
 }
 
 void DeviceAllocator::count_allocated(Device& d, const Block& b) {
@@ -147,10 +162,9 @@ void DeviceAllocator::collect_freed(Device& d) {
   }
 }
 
+// Caller settled the device first (queued work may still use cached blocks: stream-ordered
+// reuse), so every freed block's streams are past it.
 void DeviceAllocator::release_cached(Device& d, int device) {
-  for (Block* block : d.freeing) {  // empty_cache waits for the streams, as CUDA does
-    for (const auto& event : block->pending) event->synchronize();
-  }
   collect_freed(d);
   for (Block* block : d.cached) {
     runtime().release(device, block->data);
@@ -169,6 +183,12 @@ c10::DataPtr DeviceAllocator::adopt(c10::intrusive_ptr<c10::StorageImpl> owner, 
   const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
   if (nbytes == 0) return {data, nullptr, &delete_block, where};
   Device& d = state(device);
+  bool full = false;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    full = static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device);
+  }
+  if (full) settle(device);
   std::lock_guard<std::mutex> lock(d.mutex);
   if (static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device)) {
     d.num_alloc_retries += 1;
@@ -199,8 +219,15 @@ void DeviceAllocator::free_block(Block* block) {
     d.allocation.decrease(1);
     d.allocated_bytes.decrease(block->size);
     d.requested_bytes.decrease(block->requested);
-    if (block->owner) {  // adopted: back to its CPU storage
+    if (block->owner) {  // adopted: back to its CPU storage, once queued work is past it
       owner = std::move(block->owner);
+      if (runtime().async()) {
+        const int device = block->device;
+        block->used_by.insert(block->stream);
+        for (int64_t stream : block->used_by) {
+          runtime().launch(device, stream, "free", [owner] {});
+        }
+      }
       d.segments.erase(block->data);
       d.reserved_bytes.decrease(block->size);
       d.segment.decrease(1);
@@ -231,6 +258,7 @@ void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) 
 
 void DeviceAllocator::emptyCache(c10::MempoolId_t /*pool*/) {
   for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
+    settle(device);  // outside the lock: the wait may let other threads run
     Device& d = state(device);
     std::lock_guard<std::mutex> lock(d.mutex);
     release_cached(d, device);

@@ -98,8 +98,11 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   Device& state(int device) { return *devices_.at(device); }
   size_t capacity(int device);
   Block* take_cached(Device& d, int64_t stream, size_t size);
-  Block* new_segment(Device& d, int device, size_t size, size_t requested);
-  void release_cached(Device& d, int device);  // caller holds d.mutex
+  // A fresh segment, or nullptr (why: "" over capacity, else the driver's refusal).
+  Block* new_segment(Device& d, int device, size_t size, std::string& why);
+  // Wait for the device's queued work (asynchronous runtimes), never holding a lock.
+  void settle(int device);
+  void release_cached(Device& d, int device);  // caller holds d.mutex, settled the device
   void collect_freed(Device& d);               // caller holds d.mutex
   void count_allocated(Device& d, const Block& b);
   [[noreturn]] void raise_oom(Device& d, int device, size_t nbytes, const std::string& why);

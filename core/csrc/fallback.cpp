@@ -15,6 +15,10 @@
 //    Other runtimes: the same, over host copies of the arguments' storages (one per distinct
 //    storage, so aliasing is kept); every copy the kernel changed is uploaded back, fresh
 //    outputs are uploaded to new device storages. Correct for any memory, slower.
+// 4. Asynchronous runtimes: the CPU kernel runs on the host when the op is called, after the
+//    work queued on the current stream (zero copy: a stream synchronization; copies: the
+//    downloads wait); its uploads are queued. Ops without a native kernel are therefore
+//    synchronizing on an asynchronous device; native kernels (the vendor's) queue.
 #include <accelkit/fallback.h>
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
@@ -280,6 +284,11 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   Context ctx;
   ctx.zero_copy = runtime().host_accessible();
+  // The CPU kernel runs now, on the host: on an asynchronous device, after the work queued on
+  // the current stream (the copying path's downloads wait for it themselves).
+  if (ctx.zero_copy && runtime().async()) {
+    runtime().stream_synchronize(device, current_stream(device));
+  }
   for (size_t i = 0; i < nargs; ++i) {
     c10::IValue& v = (*stack)[first + i];
     const bool is_mutable = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();

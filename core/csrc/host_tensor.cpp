@@ -70,12 +70,18 @@ at::Tensor host_tensor(c10::Storage host, const at::Tensor& like) {
                               like.strides(), like.storage_offset()));
 }
 
+// Downloads wait for the work queued before them on the current stream (the data must be
+// there); uploads are queued on it (the runtime stages the host bytes, which may go at once).
 c10::Storage download_storage(const c10::Storage& storage) {
   const size_t nbytes = storage.nbytes();
   c10::Storage host(c10::Storage::use_byte_size_t(), nbytes, c10::GetCPUAllocator(),
                     /*resizable=*/true);
   if (nbytes > 0) {
-    runtime().copy(host.mutable_data(), kHost, storage.data(), storage.device().index(), nbytes);
+    const int device = storage.device().index();
+    const int64_t stream = current_stream(device);
+    runtime().copy_async(host.mutable_data(), kHost, storage.data(), device, nbytes, device,
+                         stream);
+    runtime().stream_synchronize(device, stream);
   }
   return host;
 }
@@ -83,8 +89,9 @@ c10::Storage download_storage(const c10::Storage& storage) {
 void upload_storage(const c10::Storage& host, c10::StorageImpl* storage) {
   TORCH_INTERNAL_ASSERT(host.nbytes() <= storage->nbytes());
   if (host.nbytes() > 0) {
-    runtime().copy(storage->mutable_data(), storage->device().index(), host.data(), kHost,
-                   host.nbytes());
+    const int device = storage->device().index();
+    runtime().copy_async(storage->mutable_data(), device, host.data(), kHost, host.nbytes(),
+                         device, current_stream(device));
   }
 }
 
@@ -105,7 +112,8 @@ void resize_bytes(c10::StorageImpl* storage, size_t nbytes) {
   c10::DataPtr fresh = allocate_on(device, nbytes);
   const size_t keep = std::min(nbytes, storage->nbytes());
   if (keep > 0 && storage->data() != nullptr) {
-    runtime().copy(fresh.get(), device, storage->data(), device, keep);
+    runtime().copy_async(fresh.get(), device, storage->data(), device, keep, device,
+                         current_stream(device));
   }
   storage->set_data_ptr_noswap(std::move(fresh));
   storage->set_nbytes(nbytes);
@@ -113,7 +121,10 @@ void resize_bytes(c10::StorageImpl* storage, size_t nbytes) {
 
 at::Tensor to_cpu(const at::Tensor& t) {
   if (!is_device(t)) return t;
-  return runtime().host_accessible() ? host_view(t) : download(t);
+  if (!runtime().host_accessible()) return download(t);
+  const int device = t.device().index();
+  runtime().stream_synchronize(device, current_stream(device));  // queued writers first
+  return host_view(t);
 }
 
 at::Tensor from_cpu(const at::Tensor& t, int device) {

@@ -5,6 +5,7 @@
 // _fused_sdp_choice). Everything else goes through the fallback (fallback.cpp).
 #include <accelkit/host_tensor.h>
 
+#include "allocator.h"
 #include "registry.h"
 
 #include <ATen/ATen.h>
@@ -121,32 +122,57 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, size, stride);
 }
 
-// copy_ with a device tensor on one side (torch routes every such copy here).
-at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst,
-                            bool /*non_blocking*/) {
+// copy_ with a device tensor on one side (torch routes every such copy here). In stream order
+// on the current stream of the destination's device (the source's, for a copy to the host):
+// a copy to the host waits for it, unless non_blocking into pinned memory (as CUDA); a copy
+// between two devices first waits for the source device's current stream.
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
-  if (runtime().host_accessible()) {
-    at::Tensor src = is_device(self) ? host_view(self) : self;
-    at::Tensor out = is_device(dst) ? host_view(dst) : dst;
+  Runtime& rt = runtime();
+  const bool from_device = is_device(self), to_device = is_device(dst);
+  if (rt.host_accessible() && !rt.async()) {  // everything is done: plain host memory
+    at::Tensor src = from_device ? host_view(self) : self;
+    at::Tensor out = to_device ? host_view(dst) : dst;
     out.copy_(src);
     return dst;
+  }
+  const int device = to_device ? dst.device().index() : self.device().index();
+  const int64_t stream = current_stream(device);
+  if (from_device && to_device && self.device() != dst.device()) {
+    const int source = self.device().index();
+    rt.stream_synchronize(source, current_stream(source));
   }
   // Same dtype, same dense layout, no lazy conj/neg: one runtime copy of the bytes.
   if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
       self.strides() == dst.strides() && self.is_non_overlapping_and_dense() &&
       self.is_conj() == dst.is_conj() && self.is_neg() == dst.is_neg()) {
     const size_t nbytes = static_cast<size_t>(self.numel()) * self.dtype().itemsize();
-    runtime().copy(static_cast<char*>(dst.storage().mutable_data()) +
-                       dst.storage_offset() * dst.dtype().itemsize(),
-                   is_device(dst) ? dst.device().index() : kHost,
-                   static_cast<const char*>(self.storage().data()) +
-                       self.storage_offset() * self.dtype().itemsize(),
-                   is_device(self) ? self.device().index() : kHost, nbytes);
+    rt.copy_async(static_cast<char*>(dst.storage().mutable_data()) +
+                      dst.storage_offset() * dst.dtype().itemsize(),
+                  to_device ? dst.device().index() : kHost,
+                  static_cast<const char*>(self.storage().data()) +
+                      self.storage_offset() * self.dtype().itemsize(),
+                  from_device ? self.device().index() : kHost, nbytes, device, stream);
+    if (!to_device && !(non_blocking && dst.is_pinned())) rt.stream_synchronize(device, stream);
     return dst;
   }
-  const at::Tensor src = is_device(self) ? download(self) : self;
-  if (!is_device(dst)) {
+  if (rt.host_accessible()) {  // asynchronous: an elementwise copy on the host, in stream order
+    if (!to_device) {
+      rt.stream_synchronize(device, stream);
+      const_cast<at::Tensor&>(dst).copy_(host_view(self));
+      return dst;
+    }
+    // A CPU source is snapshotted now (the caller may change it). The launch holds views of
+    // the device memory only, never the caller's tensors: a block freed meanwhile goes back to
+    // its stream's cache, and that stream's later work runs after this copy.
+    at::Tensor src = from_device ? host_view(self) : self.clone();
+    at::Tensor out = host_view(dst);
+    rt.launch(device, stream, "copy_", [src, out]() mutable { out.copy_(src); });
+    return dst;
+  }
+  const at::Tensor src = from_device ? download(self) : self;
+  if (!to_device) {
     const_cast<at::Tensor&>(dst).copy_(src);
     return dst;
   }
@@ -161,14 +187,27 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// .item(): a copy to the host, so it waits for the current stream.
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  if (runtime().host_accessible()) return at::_local_scalar_dense(host_view(self));
+  Runtime& rt = runtime();
+  if (rt.host_accessible() && !rt.async()) return at::_local_scalar_dense(host_view(self));
   at::Tensor one = at::empty({}, self.options().device(c10::DeviceType::CPU));
-  runtime().copy(one.data_ptr(), kHost,
-                 static_cast<const char*>(self.storage().data()) +
-                     self.storage_offset() * self.dtype().itemsize(),
-                 self.device().index(), self.dtype().itemsize());
+  const int device = self.device().index();
+  const int64_t stream = current_stream(device);
+  rt.copy_async(one.data_ptr(), kHost,
+                static_cast<const char*>(self.storage().data()) +
+                    self.storage_offset() * self.dtype().itemsize(),
+                device, self.dtype().itemsize(), device, stream);
+  rt.stream_synchronize(device, stream);
   return at::_local_scalar_dense(one);
+}
+
+// Tensor.record_stream(s): the allocator keeps the memory from reuse until `s` has passed the
+// point where the tensor is freed.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kDeviceType, "record_stream: expected a ", device_name(),
+              " stream, got one of ", stream.device_type());
+  if (self.has_storage()) DeviceAllocator::get().recordStream(self.storage().data_ptr(), stream);
 }
 
 // Convolutions: torch sends every non-CPU/CUDA backend to the *_overrideable ops, which have
@@ -247,6 +286,7 @@ void detail::register_kernels(KernelTable& m) {
   m.impl("convolution_backward_overrideable", TORCH_FN(convolution_backward));
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
+  m.impl("record_stream", TORCH_FN(record_stream));
 }
 
 }  // namespace accelkit

@@ -50,6 +50,8 @@ void bind_device(pybind11::module_& m) {
   m.def("init", [] { mark_initialized(); });
   m.def("synchronize", [](int64_t index) { runtime().synchronize(resolve_index(index)); });
   m.def("host_accessible", [] { return runtime().host_accessible(); });
+  m.def("is_async", [] { return runtime().async(); });
+  m.def("empty_cache", [] { DeviceAllocator::get().emptyCache({0, 0}); });
   m.def("default_generator", [](int64_t index) { return default_generator(index); });
   m.def("memory_stats", &memory_stats_dict);
   m.def("reset_peak_memory_stats", [](int64_t index) {

@@ -5,8 +5,9 @@
 // Each op reserves ceil4(numel) of the generator's offset.
 //
 // Numbers are generated on the host: straight into the tensor when it is contiguous host
-// memory, else into a contiguous CPU buffer copied in (a vendor with device-side Philox
-// replaces fill() with a kernel launch taking (seed, offset)).
+// memory of a synchronous device, else into a contiguous CPU buffer copied in (queued on the
+// current stream of an asynchronous device). A vendor with device-side Philox replaces fill()
+// with a kernel launch taking (seed, offset).
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
 #include <accelkit/philox.h>
@@ -47,7 +48,7 @@ at::Tensor& fill(at::Tensor& self, const std::optional<at::Generator>& gen, cons
     offset = g->reserve(static_cast<uint64_t>(self.numel()));
   }
   if (self.numel() == 0) return self;
-  if (runtime().host_accessible() && self.is_contiguous()) {
+  if (runtime().host_accessible() && !runtime().async() && self.is_contiguous()) {
     at::Tensor host = host_view(self);
     f(host, seed, offset);
   } else {

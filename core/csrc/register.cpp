@@ -52,6 +52,12 @@ torch::Library& library(torch::Library::Kind kind, const char* ns,
 
 std::string origin_of_first() { return *g_origin; }
 
+Runtime* g_runtime = nullptr;
+
+// The registered runtime as an integer, for the collective library's copy of the layer (in its
+// own extension), which reaches the device's streams through it (accelkit::c10d).
+int64_t runtime_address() { return reinterpret_cast<int64_t>(g_runtime); }
+
 }  // namespace
 
 bool detail::KernelTable::has_kernel(const char* name) {
@@ -80,8 +86,10 @@ void register_device(Runtime& runtime, const std::string& origin) {
   detail::install_runtime(runtime);
 
   g_origin = new std::string(me);
+  g_runtime = &runtime;
   library(torch::Library::FRAGMENT, "accelkit", std::nullopt)
-      .def("_registered_device() -> str", &origin_of_first);
+      .def("_registered_device() -> str", &origin_of_first)
+      .def("_runtime() -> int", &runtime_address);
 
   c10::SetAllocator(kDeviceType, &DeviceAllocator::get());
   detail::register_guard();

@@ -5,7 +5,7 @@
 //   philox_block         one Philox4x32-10 block (Random123's known-answer vectors)
 //   philox_simd_matches  the SSE2/AVX2 block generator against the scalar reference
 //   register_device      a second device registration (the test runtime below): must raise
-//   allocator_case       the allocator's statistics and out-of-memory error on this runtime
+//   allocator_case       the caching allocator's statistics, reuse and out-of-memory error
 #include <accelkit/accelkit.h>
 #include <accelkit/philox.h>
 
@@ -48,6 +48,7 @@ pybind11::dict stats_of(int device) {
   out["reserved"] = s.reserved_bytes[agg].current;
   out["allocations"] = s.allocation[agg].current;
   out["num_ooms"] = s.num_ooms;
+  out["retries"] = s.num_alloc_retries;
   return out;
 }
 
@@ -69,15 +70,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     static auto* runtime = new TestRuntime();
     accelkit::register_device(*runtime, origin);
   });
-  // Allocate 3 blocks on device 1, free one, then ask for more than the capacity: the
-  // statistics after each step and the out-of-memory message.
+  // Allocate 3 blocks on device 1, free one (cached), reuse it, ask for more than the capacity
+  // (the cache is released, then the error), free everything: the statistics after each step,
+  // whether the freed block came back, and the out-of-memory message.
   m.def("allocator_case", [] {
     py::list steps;
     std::vector<c10::DataPtr> live;
     for (size_t n : {1000, 2000, 3000}) live.push_back(accelkit::allocate_on(1, n));
     steps.append(stats_of(1));
+    const void* freed = live[1].get();
     live.erase(live.begin() + 1);
     steps.append(stats_of(1));
+    live.push_back(accelkit::allocate_on(1, 1900));  // fits the cached 2048-byte block
+    const bool reused = live.back().get() == freed;
+    live.pop_back();
     std::string oom;
     try {
       accelkit::allocate_on(1, 2 << 20);
@@ -88,6 +94,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     live.clear();
     accelkit::DeviceAllocator::get().resetPeakStats(1);
     steps.append(stats_of(1));
-    return py::make_tuple(steps, oom);
+    return py::make_tuple(steps, oom, reused);
   });
 }

@@ -42,7 +42,7 @@ struct Group {
       void* base = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) throw std::runtime_error("mmap");
       ranks.push_back(std::make_unique<mockccl::ShmTransport>(r, n, static_cast<char*>(base),
-                                                              chunk, p2p_chunk));
+                                                              chunk, p2p_chunk, nullptr));
     }
     close(fd);
   }

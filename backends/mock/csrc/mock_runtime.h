@@ -24,6 +24,8 @@
 // KiB/MiB/GiB/TiB (powers of 1024)).
 #pragma once
 
+#include <Python.h>  // the mock lives in a Python extension: its waits let go of the GIL
+
 #include <accelkit/runtime.h>
 
 #include <c10/core/impl/alloc_cpu.h>
@@ -90,10 +92,18 @@ class StreamQueue {
     cv_.notify_all();
   }
 
-  // Until everything pushed before the call has run.
+  // Until everything pushed before the call has run. A waiting thread that holds Python's GIL
+  // lets go of it meanwhile: queued work may need it (the last reference to a tensor whose
+  // Python object it frees), as a driver's blocking calls must not hold a host lock its
+  // callbacks take.
   void drain() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+    PyThreadState* released =
+        Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+    }
+    if (released != nullptr) PyEval_RestoreThread(released);
   }
 
   bool idle() {

@@ -227,7 +227,8 @@ std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& s
     store->set(rank_key("mapped", rank), to_bytes("1"));
   }
   const auto* ctl = reinterpret_cast<const Control*>(seg.base);
-  return std::make_unique<ShmTransport>(rank, size, seg.release(), ctl->chunk, ctl->p2p_chunk);
+  return std::make_unique<ShmTransport>(rank, size, seg.release(), ctl->chunk, ctl->p2p_chunk,
+                                        accelkit::c10d::device_runtime());
 }
 
 }  // namespace mockccl

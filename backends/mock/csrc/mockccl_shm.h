@@ -40,6 +40,7 @@
 #include <c10/util/Exception.h>
 
 #include <accelkit/c10d/transport.h>
+#include <accelkit/runtime.h>
 
 #include "mockccl_reduce.h"
 
@@ -137,18 +138,73 @@ inline void cpu_relax() {
 #endif
 }
 
+// Device buffers of a discrete device are not host memory: a collective works on host copies,
+// read through the runtime before it and written back after it (a real device's transport
+// stages through its driver, or has the device read the segment itself). On a host-accessible
+// device the pointers are used as they are.
+class Staging {
+ public:
+  Staging(accelkit::Runtime* runtime, int device)
+      : runtime_(runtime != nullptr && !runtime->host_accessible() ? runtime : nullptr),
+        device_(device) {}
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  // A host address holding the `bytes` of device buffer `p` (read now).
+  const void* in(const void* p, size_t bytes) {
+    if (runtime_ == nullptr || p == nullptr) return p;
+    char* host = buffer(p, bytes);
+    runtime_->copy(host, accelkit::kHost, p, device_, bytes);
+    return host;
+  }
+  // A host address the collective writes `bytes` of device buffer `p` to (written back by
+  // finish()); the same host copy as in() for the same buffer (in-place collectives).
+  void* out(void* p, size_t bytes) {
+    if (runtime_ == nullptr || p == nullptr) return p;
+    char* host = buffer(p, bytes);
+    writes_.push_back({p, host, bytes});
+    return host;
+  }
+  void finish() {
+    for (const auto& w : writes_) runtime_->copy(w.device, device_, w.host, accelkit::kHost, w.bytes);
+    writes_.clear();
+  }
+
+ private:
+  struct Write {
+    void* device;
+    const char* host;
+    size_t bytes;
+  };
+  char* buffer(const void* p, size_t bytes) {
+    for (auto& [device, host] : buffers_) {
+      if (device == p) return host.get();
+    }
+    buffers_.emplace_back(p, std::unique_ptr<char[]>(new char[bytes > 0 ? bytes : 1]));
+    return buffers_.back().second.get();
+  }
+
+  accelkit::Runtime* runtime_;
+  int device_;
+  std::vector<std::pair<const void*, std::unique_ptr<char[]>>> buffers_;
+  std::vector<Write> writes_;
+};
+
 class ShmTransport : public accelkit::c10d::Transport {
  public:
   // `base` maps the group's segment of Layout(size, chunk, p2p_chunk).total bytes (already
-  // unlinked from /dev/shm); the transport unmaps it when destroyed.
-  ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk)
+  // unlinked from /dev/shm); the transport unmaps it when destroyed. `runtime` is the device's
+  // (for discrete memory; nullptr: buffers are host memory).
+  ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk,
+               accelkit::Runtime* runtime)
       : rank_(rank),
         size_(size),
         base_(base),
         chunk_(chunk),
         p2p_chunk_(p2p_chunk),
         layout_(size, chunk, p2p_chunk),
-        ctl_(reinterpret_cast<Control*>(base)) {}
+        ctl_(reinterpret_cast<Control*>(base)),
+        runtime_(runtime) {}
 
   ~ShmTransport() override { munmap(base_, layout_.total); }
 
@@ -176,7 +232,102 @@ class ShmTransport : public accelkit::c10d::Transport {
     check_headers(call);
   }
 
-  void broadcast(const CallInfo& call, void* buf) override {
+  void broadcast(const CallInfo& call, void* device_buf) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    stage.in(device_buf, bytes);
+    void* buf = stage.out(device_buf, bytes);
+    broadcast_host(call, buf);
+    stage.finish();
+  }
+
+  void allreduce(const CallInfo& call, const void* in, void* out) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    const void* hin = stage.in(in, bytes);
+    reduce_rounds(call, hin, stage.out(out, bytes), /*writes=*/true);
+    stage.finish();
+  }
+
+  void reduce(const CallInfo& call, const void* in, void* out) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    const void* hin = stage.in(in, bytes);
+    const bool root = rank_ == call.root;
+    reduce_rounds(call, hin, root ? stage.out(out, bytes) : out, root);
+    stage.finish();
+  }
+
+  void allgather(const CallInfo& call, const void* in, void* out) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    const void* hin = stage.in(in, bytes);
+    gather_rounds(call, hin, stage.out(out, bytes * size_));
+    stage.finish();
+  }
+
+  void gather(const CallInfo& call, const void* in, void* out) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    const void* hin = stage.in(in, bytes);
+    gather_rounds(call, hin, rank_ == call.root ? stage.out(out, bytes * size_) : nullptr);
+    stage.finish();
+  }
+
+  void reduce_scatter(const CallInfo& call, const void* in, void* out) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    const void* hin = stage.in(in, bytes * size_);
+    reduce_scatter_host(call, hin, stage.out(out, bytes));
+    stage.finish();
+  }
+
+  void scatter(const CallInfo& call, const void* in, void* out) override {
+    Staging stage(runtime_, call.device);
+    const size_t bytes = call.count * c10::elementSize(call.dtype);
+    const void* hin = rank_ == call.root ? stage.in(in, bytes * size_) : in;
+    scatter_host(call, hin, stage.out(out, bytes));
+    stage.finish();
+  }
+
+  void alltoall(const CallInfo& call, const void* in, const std::vector<int64_t>& send_counts,
+                const std::vector<int64_t>& send_offsets, void* out,
+                const std::vector<int64_t>& recv_counts,
+                const std::vector<int64_t>& recv_offsets) override {
+    Staging stage(runtime_, call.device);
+    const size_t es = c10::elementSize(call.dtype);
+    int64_t sent = 0, received = 0;
+    for (int p = 0; p < size_; ++p) {
+      sent = std::max(sent, send_offsets[p] + send_counts[p]);
+      received = std::max(received, recv_offsets[p] + recv_counts[p]);
+    }
+    const void* hin = stage.in(in, sent * es);
+    alltoall_host(call, hin, send_counts, send_offsets, stage.out(out, received * es),
+                  recv_counts, recv_offsets);
+    stage.finish();
+  }
+
+  void send(const CallInfo& call, const void* buf, int peer, int tag) override {
+    Staging stage(runtime_, call.device);
+    send_host(call, stage.in(buf, call.count * c10::elementSize(call.dtype)), peer, tag);
+  }
+
+  void recv(const CallInfo& call, void* buf, int peer, int tag) override {
+    Staging stage(runtime_, call.device);
+    recv_host(call, stage.out(buf, call.count * c10::elementSize(call.dtype)), peer, tag);
+    stage.finish();
+  }
+
+  int recv_any(const CallInfo& call, void* buf, int tag) override {
+    Staging stage(runtime_, call.device);
+    const int from = recv_any_host(call, stage.out(buf, call.count * c10::elementSize(call.dtype)),
+                                   tag);
+    stage.finish();
+    return from;
+  }
+
+ private:
+  void broadcast_host(const CallInfo& call, void* buf) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
     char* p = static_cast<char*>(buf);
@@ -187,23 +338,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     });
   }
 
-  void allreduce(const CallInfo& call, const void* in, void* out) override {
-    reduce_rounds(call, in, out, /*writes=*/true);
-  }
-
-  void reduce(const CallInfo& call, const void* in, void* out) override {
-    reduce_rounds(call, in, out, rank_ == call.root);
-  }
-
-  void allgather(const CallInfo& call, const void* in, void* out) override {
-    gather_rounds(call, in, out);
-  }
-
-  void gather(const CallInfo& call, const void* in, void* out) override {
-    gather_rounds(call, in, rank_ == call.root ? out : nullptr);
-  }
-
-  void reduce_scatter(const CallInfo& call, const void* in, void* out) override {
+  void reduce_scatter_host(const CallInfo& call, const void* in, void* out) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
     const char* src = static_cast<const char*>(in);
@@ -221,7 +356,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     });
   }
 
-  void scatter(const CallInfo& call, const void* in, void* out) override {
+  void scatter_host(const CallInfo& call, const void* in, void* out) {
     begin(call);
     const size_t es = c10::elementSize(call.dtype);
     const char* src = static_cast<const char*>(in);
@@ -236,10 +371,11 @@ class ShmTransport : public accelkit::c10d::Transport {
     });
   }
 
-  void alltoall(const CallInfo& call, const void* in, const std::vector<int64_t>& send_counts,
-                const std::vector<int64_t>& send_offsets, void* out,
-                const std::vector<int64_t>& recv_counts,
-                const std::vector<int64_t>& recv_offsets) override {
+  void alltoall_host(const CallInfo& call, const void* in,
+                     const std::vector<int64_t>& send_counts,
+                     const std::vector<int64_t>& send_offsets, void* out,
+                     const std::vector<int64_t>& recv_counts,
+                     const std::vector<int64_t>& recv_offsets) {
     begin(call);
     const int par = static_cast<int>(calls_ & 1);
     for (int p = 0; p < size_; ++p) {
@@ -270,7 +406,7 @@ class ShmTransport : public accelkit::c10d::Transport {
     }
   }
 
-  void send(const CallInfo& call, const void* buf, int peer, int tag) override {
+  void send_host(const CallInfo& call, const void* buf, int peer, int tag) {
     check_usable(call);
     Deadline deadline(call.timeout);
     Mailbox& box = mailbox(rank_, peer);
@@ -296,14 +432,14 @@ class ShmTransport : public accelkit::c10d::Transport {
 
   // A receive holds its peer's claim for the whole message, so a recv(peer) and a
   // recv_any on other threads never take the same message (or parts of one).
-  void recv(const CallInfo& call, void* buf, int peer, int tag) override {
+  void recv_host(const CallInfo& call, void* buf, int peer, int tag) {
     check_usable(call);
     Deadline deadline(call.timeout);
     std::lock_guard<std::mutex> claim(recv_claims_[peer]);
     receive_from(call, deadline, buf, peer, tag);
   }
 
-  int recv_any(const CallInfo& call, void* buf, int tag) override {
+  int recv_any_host(const CallInfo& call, void* buf, int tag) {
     check_usable(call);
     Deadline deadline(call.timeout);
     int from = -1;
@@ -327,7 +463,6 @@ class ShmTransport : public accelkit::c10d::Transport {
     return from;
   }
 
- private:
   struct Deadline {
     std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
     std::chrono::milliseconds timeout;
@@ -699,6 +834,7 @@ class ShmTransport : public accelkit::c10d::Transport {
   std::mutex broken_mutex_;
   std::string broken_;  // the first failure; every later call raises it
   std::atomic<bool> aborted_{false};  // abort() was called on this rank
+  accelkit::Runtime* const runtime_;   // the device's, for discrete memory (nullptr: none)
   std::unique_ptr<std::mutex[]> recv_claims_{new std::mutex[size_]};  // per sending peer
 };
 

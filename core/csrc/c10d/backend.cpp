@@ -1,8 +1,13 @@
 // The c10d glue (<accelkit/c10d/backend.h>): TransportBackend, its Work and its workers.
 #include <accelkit/c10d/backend.h>
+#include <accelkit/runtime.h>
 
 #include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
@@ -11,15 +16,55 @@
 
 namespace accelkit::c10d {
 
+accelkit::Runtime* device_runtime() {
+  static std::atomic<accelkit::Runtime*> cached{nullptr};
+  accelkit::Runtime* rt = cached.load();
+  if (rt != nullptr) return rt;
+  const auto op = c10::Dispatcher::singleton().findSchema({"accelkit::_runtime", ""});
+  if (!op.has_value()) return nullptr;
+  rt = reinterpret_cast<accelkit::Runtime*>(op->typed<int64_t()>().call());
+  cached = rt;
+  return rt;
+}
+
+namespace {
+
+bool async_device(const std::optional<c10::Device>& device) {
+  accelkit::Runtime* rt = device_runtime();
+  return device.has_value() && device->type() == c10::DeviceType::PrivateUse1 && rt != nullptr &&
+         rt->async();
+}
+
+c10::Stream current_stream_of(const c10::Device& device) {
+  return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
+}
+
+}  // namespace
+
 // -- QueuedWork ---------------------------------------------------------------------------------
 
-QueuedWork::QueuedWork(int rank, ::c10d::OpType type, uint64_t seq,
-                       std::vector<at::Tensor> outputs)
+QueuedWork::QueuedWork(int rank, ::c10d::OpType type, const char* name, uint64_t seq,
+                       std::vector<at::Tensor> outputs, std::optional<c10::Device> device)
     : ::c10d::Work(rank, type, nullptr),
+      name_(name),
       seq_(seq),
       outputs_(std::move(outputs)),
       future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+          c10::ListType::create(c10::TensorType::get()))),
+      device_(device) {}
+
+bool QueuedWork::wait(std::chrono::milliseconds timeout) {
+  if (!async_device(device_)) return ::c10d::Work::wait(timeout);
+  const c10::Stream stream = current_stream_of(*device_);
+  const std::string what = "waiting for " + name_;
+  device_runtime()->launch(device_->index(), stream.id(), what.c_str(),
+                           [completion = completion_] {
+                             std::unique_lock<std::mutex> lock(completion->mutex);
+                             completion->cv.wait(lock, [&] { return completion->done; });
+                             if (completion->error) std::rethrow_exception(completion->error);
+                           });
+  return true;
+}
 
 int QueuedWork::sourceRank() const {
   TORCH_CHECK(source_rank_ >= 0,
@@ -34,6 +79,12 @@ void QueuedWork::complete(std::exception_ptr error) {
     future_->markCompleted(c10::IValue(outputs_));
   }
   finish(error);
+  {
+    std::lock_guard<std::mutex> lock(completion_->mutex);
+    completion_->done = true;
+    completion_->error = error;
+  }
+  completion_->cv.notify_all();
 }
 
 // -- OrderedWorker ------------------------------------------------------------------------------
@@ -58,6 +109,16 @@ void OrderedWorker::stop() {
   }
   cv_.notify_one();
   if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+c10::Stream OrderedWorker::stream(c10::Device device) {
+  auto it = streams_.find(device.index());
+  if (it == streams_.end()) {
+    it = streams_.emplace(device.index(),
+                          c10::impl::getDeviceGuardImpl(device.type())->getNewStream(device))
+             .first;
+  }
+  return it->second;
 }
 
 void OrderedWorker::loop() {
@@ -421,6 +482,7 @@ CallInfo TransportBackend::collective(Kind kind, const char* name, std::chrono::
   CallInfo call = collective(kind, name, timeout);
   call.dtype = t.scalar_type();
   call.count = t.numel();
+  if (t.device().type() == device_type_) call.device = t.device().index();
   return call;
 }
 
@@ -431,6 +493,7 @@ CallInfo TransportBackend::point_to_point(Kind kind, const char* name, const at:
   call.name = name;
   call.dtype = t.scalar_type();
   call.count = t.numel();
+  if (t.device().type() == device_type_) call.device = t.device().index();
   call.timeout = timeout_;
   return call;
 }
@@ -673,16 +736,38 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
                                                               const CallInfo& call,
                                                               std::vector<at::Tensor> outputs,
                                                               Run run) {
-  auto work = c10::make_intrusive<QueuedWork>(rank_, type, call.seq, outputs);
+  // The device of the call's buffers (inputs included: a non-root gather has no outputs).
   std::optional<c10::Device> device;
-  if (!outputs.empty()) device = outputs.front().device();
+  if (call.device >= 0) {
+    device = c10::Device(device_type_, static_cast<c10::DeviceIndex>(call.device));
+  } else if (!outputs.empty()) {
+    device = outputs.front().device();
+  }
+  auto work = c10::make_intrusive<QueuedWork>(rank_, type, call.name.c_str(), call.seq, outputs,
+                                              device);
+  // Asynchronous device: the collective starts once the caller's queued work is done.
+  std::shared_ptr<c10::Event> ready;
+  if (async_device(device)) {
+    ready = std::make_shared<c10::Event>(device->type());
+    ready->record(current_stream_of(*device));
+  }
   ++pending_;
   try {
-    worker.submit([this, work, call, run = std::move(run), device]() {
+    worker.submit([this, &worker, work, call, run = std::move(run), device, ready]() {
       std::exception_ptr error;
       try {
         c10::OptionalDeviceGuard guard(device);
-        run(call, *work);
+        if (ready) {
+          ready->synchronize();
+          // The glue's own device work (staging copies, AVG's division) goes on the worker's
+          // stream, which is drained before the Work completes.
+          const c10::Stream own = worker.stream(*device);
+          c10::StreamGuard on_own(own);
+          run(call, *work);
+          device_runtime()->stream_synchronize(device->index(), own.id());
+        } else {
+          run(call, *work);
+        }
       } catch (...) {
         error = std::current_exception();
       }

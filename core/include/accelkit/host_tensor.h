@@ -39,8 +39,9 @@ at::Tensor device_tensor(c10::Storage storage, const at::Tensor& like);
 // A CPU tensor with the metadata of `like` over host storage `host`.
 at::Tensor host_tensor(c10::Storage host, const at::Tensor& like);
 
-// A resizable host copy of a device storage's bytes, and the way back: copy host bytes over
-// the start of a device storage (large enough), or into a new storage on `device`.
+// A resizable host copy of a device storage's bytes (waits for the work queued before it on
+// the current stream), and the way back: copy host bytes over the start of a device storage
+// (large enough), or into a new storage on `device` (queued on the current stream).
 c10::Storage download_storage(const c10::Storage& storage);
 void upload_storage(const c10::Storage& host, c10::StorageImpl* storage);
 c10::Storage upload_new_storage(const c10::Storage& host, int device);
@@ -52,8 +53,9 @@ at::Tensor download(const at::Tensor& t);
 // allocator's OutOfMemoryError if over capacity.
 void resize_bytes(c10::StorageImpl* storage, size_t nbytes);
 
-// The CPU tensor a kernel computes on: a view of the same memory when the runtime is
-// host-accessible, else a copy. CPU tensors are returned as they are.
+// The CPU tensor a kernel computes on now, on the host: a view of the same memory when the
+// runtime is host-accessible (after the current stream's queued work), else a copy. CPU
+// tensors are returned as they are.
 at::Tensor to_cpu(const at::Tensor& t);
 
 // A fresh CPU result as a tensor on `device`: adopted (no copy) or copied to the device.

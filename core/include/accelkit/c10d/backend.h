@@ -11,6 +11,12 @@
 // transport first, so every pending Work completes with an error within moments, then joins
 // the workers; it never waits for a pending collective's timeout.
 //
+// Streams, on an asynchronous device (Runtime::async), as NCCL does: a collective starts once
+// the work queued on the caller's current stream before it is done (an event recorded at issue),
+// runs on the group's own threads and stream, and Work::wait() makes the caller's current
+// stream wait for it, not the host (a wait queued on the stream). Work::wait() on a Work
+// without device outputs (barrier) waits on the host. The future completes on the host.
+//
 // Nothing here knows a device name: the device type and backend name are constructor
 // arguments, the data movement is the Transport's. bind_collectives() exposes it to Python.
 #pragma once
@@ -31,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -40,7 +47,16 @@ namespace pybind11 {
 class module_;
 }
 
+namespace accelkit {
+class Runtime;
+}
+
 namespace accelkit::c10d {
+
+// The device's runtime, as registered by accelkit::register_device in this process (the device
+// extension publishes it through the dispatcher; a collective library is another extension), or
+// nullptr when no accelkit device is registered.
+accelkit::Runtime* device_runtime();
 
 // One queued operation, completed by a worker thread. Behaves as c10d documents
 // (torch/csrc/distributed/c10d/Work.hpp): wait() blocks until the operation finished and
@@ -50,7 +66,12 @@ namespace accelkit::c10d {
 // a recv-from-any-source received from.
 class QueuedWork : public ::c10d::Work {
  public:
-  QueuedWork(int rank, ::c10d::OpType type, uint64_t seq, std::vector<at::Tensor> outputs);
+  QueuedWork(int rank, ::c10d::OpType type, const char* name, uint64_t seq,
+             std::vector<at::Tensor> outputs, std::optional<c10::Device> device);
+
+  // On an asynchronous device, queues the wait on the caller's current stream and returns;
+  // an error of the operation is then raised by the stream's next synchronizing call.
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
@@ -64,10 +85,22 @@ class QueuedWork : public ::c10d::Work {
   void complete(std::exception_ptr error);
 
  private:
+  // Completion as plain C++ state: what a wait queued on a stream holds (never the Work, whose
+  // last reference may belong to Python and must not be dropped on a stream's thread).
+  struct Completion {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
+
+  const std::string name_;
+  const std::shared_ptr<Completion> completion_ = std::make_shared<Completion>();
   const uint64_t seq_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::atomic<int> source_rank_{-1};
+  const std::optional<c10::Device> device_;
 };
 
 // One thread running jobs in submission order.
@@ -82,6 +115,9 @@ class OrderedWorker {
   // Runs the jobs already queued, then joins the thread. Idempotent.
   void stop();
 
+  // This worker's stream on `device` (created on first use; call from the worker's jobs).
+  c10::Stream stream(c10::Device device);
+
  private:
   void loop();
 
@@ -89,6 +125,7 @@ class OrderedWorker {
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
   bool stopping_ = false;
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // used by the worker's thread only
   std::thread thread_;
 };
 

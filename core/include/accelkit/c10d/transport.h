@@ -8,7 +8,11 @@
 //  * All ranks of the group call the same collective with the same CallInfo (seq, kind, dtype,
 //    count, reduce op, root) in the same order. A transport must DETECT a mismatch (different
 //    kind, dtype, count, op or root) and throw on every rank, never corrupt data or hang.
-//  * Buffers are dense and live on the device (host memory for the mock); `in` may equal `out`.
+//  * Buffers are dense and live on device `call.device`; `in` may equal `out`. A transport reads
+//    and writes them the way its device allows: a host-accessible device's memory directly, a
+//    discrete device's through its driver (the mock's transport stages through the runtime's
+//    copies, device_runtime() in <accelkit/c10d/backend.h>). On an asynchronous device the glue
+//    calls the transport once the work that produced the inputs is done.
 //  * The call returns when `out` holds the result, or throws c10::DistBackendError naming the
 //    collective, the sequence number and, for timeouts, the ranks that never arrived.
 //  * Calls come from one thread per group, in order. send/recv may come from other threads
@@ -68,6 +72,7 @@ struct CallInfo {
   RedOp op = RedOp::kNone;
   int root = -1;
   std::chrono::milliseconds timeout{0};
+  int device = -1;  // index of the device the buffers live on (-1: none, e.g. barrier)
 };
 
 class Transport {
