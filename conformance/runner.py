@@ -113,6 +113,7 @@ class Runner:
         self._pending_rebuild = ""
         self._started: set[int] = set()
         self._prepared = False
+        self._prepare_error: str | None = None
         self.report.unavailable = self._unavailable()
 
     def _unavailable(self) -> str | None:
@@ -135,8 +136,8 @@ class Runner:
             self._pool.close()
         why = self._pending_rebuild if world_size in self._started else "first start"
         self._pool = None
-        self._prepare()
         try:
+            self._prepare()
             pool = Pool(self.spec.name, world_size, modules=self.options.modules,
                         builtin=self.options.builtin, memory_limit_mb=self.options.memory_limit_mb)
         except PoolStartError as exc:
@@ -151,16 +152,20 @@ class Runner:
 
     def _prepare(self) -> None:
         """Run ``spec.prepare()`` (e.g. compile the backend's C++) once, here, before any rank
-        starts, so ranks do not all wait on one compile inside their start-up budget."""
+        starts, so ranks do not all wait on one compile inside their start-up budget. A
+        failure (even a build tool's ``SystemExit``) is kept and raised again for every later
+        pool: the compile is not retried per check."""
+        if self._prepare_error is not None:
+            raise PoolStartError(self._prepare_error)
         if self._prepared or self.spec.prepare is None:
             return
         self._prepared = True
         try:
             self.spec.prepare()
-        except Exception as exc:
-            self._prepared = False
-            raise PoolStartError(f"backend {self.spec.name!r}: prepare() failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            self._prepare_error = (f"backend {self.spec.name!r}: prepare() failed: "
+                                   f"{type(exc).__name__}: {exc}")
+            raise PoolStartError(self._prepare_error) from exc
 
     def close(self) -> None:
         if self._pool is not None:

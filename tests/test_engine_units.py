@@ -144,3 +144,28 @@ def test_sweep_shm_removes_only_segments_of_the_given_pids():
         for p in (ours, other):
             if p.exists():
                 os.unlink(p)
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("nvcc: not found"),
+                                     SystemExit("build tool gave up")])
+def test_a_failed_prepare_errors_every_check_once_and_is_not_retried(failure):
+    """spec.prepare() (the backend's compile) fails: every check is ERROR with its message,
+    the compile is not retried per check, and a SystemExit from a build tool does not end
+    the run."""
+    from dataclasses import replace
+
+    from accelkit.conformance.runner import Runner
+
+    calls = []
+
+    def prepare():
+        calls.append(1)
+        raise failure
+
+    spec = replace(registry.get("cpu"), name="prepfail", prepare=prepare)
+    report = Runner(spec, RunOptions()).run([_def("a.one"), _def("a.two"), _def("a.three", 2)])
+    assert [r.outcome for r in report.results] == [Outcome.ERROR] * 3
+    for r in report.results:
+        assert f"prepare() failed: {type(failure).__name__}: {failure}" in r.reason, r.reason
+    assert len(calls) == 1
+    assert report.pool_starts == []
