@@ -172,12 +172,16 @@ class Pool:
         if not self.alive:
             raise RuntimeError("the pool is closed")
         offsets = [self._log_size(r) for r in range(self.world_size)]
-        for conn in self.conns:
-            conn.send({"type": "run", "id": check_id, "group_count": self.group_count})
         results: dict[int, RankResult] = {}
         dead: dict[int, str] = {}
+        pending = {}
+        for rank, conn in enumerate(self.conns):
+            try:
+                conn.send({"type": "run", "id": check_id, "group_count": self.group_count})
+                pending[conn] = rank
+            except OSError:  # the rank died since the last check (BrokenPipeError)
+                dead[rank] = self._ended(rank)
         deadline = time.monotonic() + timeout_s
-        pending = {conn: rank for rank, conn in enumerate(self.conns)}
         while pending:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -191,8 +195,7 @@ class Pool:
                 try:
                     results[rank] = conn.recv()
                 except (EOFError, OSError):
-                    self.procs[rank].wait()
-                    dead[rank] = _exit_text(self.procs[rank].returncode)
+                    dead[rank] = self._ended(rank)
         if dead:
             for rank, how in dead.items():
                 results[rank] = RankResult(rank=rank, status="crash", message=f"died: {how}",
@@ -214,6 +217,16 @@ class Pool:
         self.group_count = max(r.group_count for r in ordered)
         return ordered, None
 
+    def _ended(self, rank: int, grace_s: float = 2.0) -> str:
+        """How a rank whose connection closed ended: its exit status, or, when it is still
+        alive after ``grace_s`` (it closed the socket and went on), that fact; the teardown
+        that follows kills it."""
+        try:
+            self.procs[rank].wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return "closed its connection to the engine but did not exit (killed)"
+        return _exit_text(self.procs[rank].returncode)
+
     def _dump_stacks(self, ranks: list[int]) -> None:
         """Ask hung ranks for every thread's stack (faulthandler on SIGUSR1) before the kill."""
         for rank in ranks:
@@ -226,9 +239,13 @@ class Pool:
     def sync(self, timeout_s: float = 10.0) -> bool:
         """A barrier on the default group; False (and the pool closed) if it does not complete,
         which means the ranks' collectives went out of step."""
-        for conn in self.conns:
-            conn.send({"type": "sync"})
         deadline = time.monotonic() + timeout_s
+        try:
+            for conn in self.conns:
+                conn.send({"type": "sync"})
+        except OSError:  # a rank is gone (BrokenPipeError)
+            self.close(graceful=False)
+            return False
         for conn in self.conns:
             left = deadline - time.monotonic()
             try:
