@@ -60,6 +60,7 @@ class LaunchRunner(Runner):
         self.group_count = 0
         self.remaining: list[CheckDef] = []
         self._current: tuple[CheckDef, float] | None = None
+        self._watch_lock = threading.Lock()  # the running check, between main and watchdog
         self._abort_lock = threading.Lock()
 
     # -- what runs ---------------------------------------------------------------------------
@@ -109,8 +110,9 @@ class LaunchRunner(Runner):
             return CheckResult(check.id, check.world_size, *merge([mine]), ranks=[mine])
         keys = [f"{self.index}/rank{r}" for r in range(self.world_size)]
         self.store.wait(keys, datetime.timedelta(seconds=self.budget(check) + 60))
+        with self._watch_lock:  # a timer firing from now on finds no running check
+            self._current = None
         timer.cancel()
-        self._current = None
         ranks = [pickle.loads(self.store.get(k)) for k in keys]
         self.group_count = max(r.group_count for r in ranks)
         outcome, reason = merge(ranks)
@@ -124,10 +126,19 @@ class LaunchRunner(Runner):
         return answers
 
     def _on_timeout(self, check: CheckDef) -> None:
-        budget = self.budget(check)
-        ranks = [a or RankResult(rank=r, status="timeout", message=f"no answer within {budget:g} s")
-                 for r, a in enumerate(self._answers(self.watch_store))]
-        self.abort(check, ranks, f"TIMEOUT in {check.id}")
+        """Rank 0's watchdog: ``check`` ran past its budget. It may fire after the last rank
+        answered and before the main thread cancelled it: then the check is not a TIMEOUT."""
+        with self._watch_lock:
+            if self._current is None or self._current[0] is not check:
+                return
+            answers = self._answers(self.watch_store)
+            if all(a is not None for a in answers):
+                return
+            budget = self.budget(check)
+            ranks = [a or RankResult(rank=r, status="timeout",
+                                     message=f"no answer within {budget:g} s")
+                     for r, a in enumerate(answers)]
+            self.abort(check, ranks, f"TIMEOUT in {check.id}")
 
     def watch_sigterm(self) -> None:
         """Rank 0: wait for torchrun's SIGTERM (blocked in every thread, so it is taken here even
@@ -136,6 +147,7 @@ class LaunchRunner(Runner):
         current = self._current
         if current is None:
             self.abort(None, [], "launch stopped (SIGTERM from torchrun) between checks")
+            return
         ranks = [a or RankResult(rank=r, status="crash",
                                  message="launch stopped (SIGTERM from torchrun): a rank died or "
                                          "was killed; see torchrun's output for which")
