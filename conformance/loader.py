@@ -8,6 +8,7 @@ list, so a check id means the same function on every rank.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import importlib
 import importlib.util
 import re
@@ -22,8 +23,11 @@ class CheckLoadError(Exception):
 
 
 def _module_name_for_path(path: Path) -> str:
+    """The module name a ``.py`` check file is imported under: its stem and a digest of its
+    resolved path, so two files of the same name are two modules."""
     stem = re.sub(r"\W", "_", path.stem)
-    return f"accelkit_checks_{stem}"
+    digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
+    return f"accelkit_checks_{stem}_{digest}"
 
 
 def import_module(name: str) -> None:

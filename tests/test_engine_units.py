@@ -169,3 +169,20 @@ def test_a_failed_prepare_errors_every_check_once_and_is_not_retried(failure):
         assert f"prepare() failed: {type(failure).__name__}: {failure}" in r.reason, r.reason
     assert len(calls) == 1
     assert report.pool_starts == []
+
+
+def test_two_check_files_with_the_same_name_both_load(tmp_path):
+    """--checks-module a/vendor_checks.py --checks-module b/vendor_checks.py: both files'
+    checks are loaded (each file is its own module), none is dropped silently."""
+    from accelkit.conformance.api import CHECKS
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "vendor_checks.py").write_text(
+            "from accelkit.conformance.api import check\n\n\n"
+            f"@check('samename.from_{folder}', world_size=2)\n"
+            f"def from_{folder}(ctx):\n"
+            f"    '''A check defined in folder {folder} (torch.distributed).'''\n")
+    for folder in ("a", "b"):
+        loader.import_module(str(tmp_path / folder / "vendor_checks.py"))
+    assert {"samename.from_a", "samename.from_b"} <= set(CHECKS)
