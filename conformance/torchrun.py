@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
     if handle is not None and hasattr(handle, "set_device"):
         handle.set_device(ranks["local_rank"])
     dist.init_process_group(backend=spec.process_group_backend)
-    default_store = dist.distributed_c10d._get_default_store()
+    from accelkit.core import torch_internals
+
+    default_store = torch_internals.default_store()
     store = dist.PrefixStore(_PREFIX, default_store.clone())
     watch_store = dist.PrefixStore(_PREFIX, default_store.clone()) if rank == 0 else None
     runner = LaunchRunner(spec, options, expectations, progress, ranks=ranks, store=store,

@@ -107,8 +107,9 @@ def _start(conn: Connection, config: dict):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend=spec.process_group_backend, store=store, rank=rank,
                             world_size=world_size, timeout=timeout)
-    import torch.distributed.device_mesh  # noqa: F401  (imported once here, not in check 1)
-    import torch.distributed.tensor._random  # noqa: F401
+    from accelkit.core import torch_internals
+
+    torch_internals.preload_distributed()  # imported once here, not in check 1
 
     _limit_memory(config.get("memory_limit_mb"))
     return spec, checks, local_rank, device_info(spec)
