@@ -142,3 +142,18 @@ def test_pool_that_cannot_start_makes_its_checks_error_without_retrying():
     assert "engine_broken_worker refuses to load in a worker" in proc.stdout
     assert lines[2].startswith("[2/2] ERROR") and "fixture.broadcast" in lines[2]
     assert "pool start-ups" not in proc.stdout  # no pool ever came up, and no retry
+
+
+def test_list_into_a_closed_pipe_exits_quietly():
+    """`accelkit conformance --list | head`: the reader going away is no error worth a
+    traceback; the command ends like a Unix tool killed by SIGPIPE (exit 141)."""
+    import subprocess
+
+    env, _ = engine_env.new_env()
+    proc = subprocess.Popen([sys.executable, "-m", "accelkit", "conformance", "--backend", "cpu",
+                             *FIXTURE_ARGS, "--list"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    proc.stdout.close()  # the reader is gone before the first line is written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""
