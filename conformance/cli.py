@@ -107,7 +107,7 @@ def resolve(args: argparse.Namespace, world_size: int | None = None):
         from accelkit.conformance.runner import torch_version
 
         try:
-            expectations = expectations_mod.load(path, set(checks), torch_version())
+            expectations = expectations_mod.load(path, checks, torch_version())
         except expectations_mod.ExpectationsError as exc:
             raise UsageError(str(exc)) from None
         options.expectations_path = path
@@ -127,7 +127,7 @@ def _print_list(selected: list[CheckDef], expectations: dict) -> None:
     for c in selected:
         doc = c.doc.strip().splitlines()[0] if c.doc.strip() else ""
         extra = f" requires={','.join(c.requires)}" if c.requires else ""
-        exp = expectations.get(c.id)
+        exp = expectations_mod.lookup(expectations, c.id, c.world_size)
         note = f"  [expected {exp.status}: {exp.reason}]" if exp else ""
         sizes = f" (also {','.join(map(str, c.also_at))})" if c.also_at else ""
         print(f"{c.id}  ws={c.world_size}{sizes}{extra}  {doc}{note}")

@@ -117,11 +117,13 @@ class _Conformance:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config, items) -> None:
+        from accelkit.conformance.expectations import lookup
+
         added = []
         for check in self.selected:
             item = CheckItem.from_parent(session, name=check.id, nodeid=f"accelkit::{check.id}",
                                          check=check, plugin=self)
-            exp = self.expectations.get(check.id)
+            exp = lookup(self.expectations, check.id, check.world_size)
             if exp is not None and exp.status == "xfail":
                 item.add_marker(pytest.mark.xfail(reason=exp.reason, strict=self.options.strict))
             elif exp is not None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import Expectation
+from accelkit.conformance.expectations import Expectation, lookup
 from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome, merge
 from accelkit.conformance.pool import Pool, PoolStartError
 from accelkit.core.spec import BackendSpec
@@ -184,7 +184,7 @@ class Runner:
         if self.report.unavailable is not None:
             return Outcome.UNAVAILABLE, f"backend {self.spec.name!r} cannot run here: " \
                                         f"{self.report.unavailable}"
-        exp = self.expectations.get(check.id)
+        exp = lookup(self.expectations, check.id, check.world_size)
         if exp is not None and exp.status == "skip":
             return Outcome.SKIP, f"expected skip: {exp.reason}"
         missing = self.spec.capabilities.missing(check.requires, self.spec.device_type)
@@ -250,7 +250,7 @@ class Runner:
         return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks)
 
     def _apply_expectation(self, result: CheckResult) -> None:
-        exp = self.expectations.get(result.id)
+        exp = lookup(self.expectations, result.id, result.world_size)
         if exp is None:
             return
         result.expectation = exp.to_dict()

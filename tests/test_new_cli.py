@@ -202,6 +202,22 @@ def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
     assert load(path, set(), "2.13.0") == {}
 
 
+def test_expectations_file_example_is_valid_for_the_catalogue(tmp_path, capsys):
+    """The commented example in the generated expectations file, uncommented, loads against
+    the catalogue: it names checks that exist, in the format the file documents."""
+    from accelkit.conformance import loader
+    from accelkit.conformance.expectations import load
+
+    code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
+    assert code == 0, err
+    text = (tmp_path / "pkg" / "src" / "torch_demo" / "conformance_expectations.toml").read_text()
+    example = text[text.index("For example:"):].split("\n", 1)[1]
+    uncommented = tmp_path / "example.toml"
+    uncommented.write_text("\n".join(line.removeprefix("# ") for line in example.splitlines()))
+    loaded = load(uncommented, loader.load([]), "2.13.0")
+    assert sorted(loaded) == ["collectives.all_reduce_64mib@8", "rng.offset_exact"]
+
+
 def test_name_containing_mock_renders_once(tmp_path, capsys):
     """Rendering replaces the mock's names in one pass: a device called 'mockup' is not
     rendered again into 'mockupup'."""
