@@ -1,4 +1,4 @@
-"""Finding checks: the catalogue, extra check modules, and selection (issue #3).
+"""Finding checks: the catalogue, extra check modules, and selection.
 
 Extra modules (fixtures, a vendor's own checks) are named either as an importable module
 (``my_vendor.checks``) or as a path to a ``.py`` file; the engine's workers import the same
@@ -15,7 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-from accelkit.conformance.api import CHECKS, CheckDef
+from accelkit.conformance.api import CHECKS, CheckDef, forget, verify_defaults
 
 
 class CheckLoadError(Exception):
@@ -23,38 +23,40 @@ class CheckLoadError(Exception):
 
 
 def _module_name_for_path(path: Path) -> str:
-    """The module name a ``.py`` check file is imported under: its stem and a digest of its
-    resolved path, so two files of the same name are two modules."""
+    """The module name a ``.py`` check file is imported under: ``accelkit_checks_<digest of
+    its resolved path>.<stem>``, so two files of the same name are two modules, and the last
+    part (the checks' default area) is the file's name."""
     stem = re.sub(r"\W", "_", path.stem)
     digest = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:10]
-    return f"accelkit_checks_{stem}_{digest}"
+    return f"accelkit_checks_{digest}.{stem}"
 
 
 def import_module(name: str) -> None:
-    """Import one check module by dotted name or ``.py`` path (idempotent)."""
+    """Import one check module by dotted name or ``.py`` path (idempotent). A module that
+    fails to import leaves no check behind."""
     path = Path(name)
+    from_file = name.endswith(".py") or path.is_file()
+    if from_file and not path.is_file():
+        raise CheckLoadError(f"check module file {name!r} does not exist")
+    mod_name = _module_name_for_path(path) if from_file else name
+    if mod_name in sys.modules:
+        return
     try:
-        if name.endswith(".py") or path.is_file():
-            if not path.is_file():
-                raise CheckLoadError(f"check module file {name!r} does not exist")
-            mod_name = _module_name_for_path(path)
-            if mod_name in sys.modules:
-                return
+        if from_file:
             spec = importlib.util.spec_from_file_location(mod_name, path.resolve())
             module = importlib.util.module_from_spec(spec)
             sys.modules[mod_name] = module
-            try:
-                spec.loader.exec_module(module)
-            except BaseException:
-                del sys.modules[mod_name]
-                raise
+            spec.loader.exec_module(module)
         else:
             importlib.import_module(name)
-    except CheckLoadError:
+        verify_defaults(mod_name)
+    except BaseException as exc:
+        sys.modules.pop(mod_name, None)
+        forget(mod_name)
+        if isinstance(exc, Exception):
+            raise CheckLoadError(
+                f"cannot import check module {name!r}: {type(exc).__name__}: {exc}") from exc
         raise
-    except Exception as exc:
-        raise CheckLoadError(
-            f"cannot import check module {name!r}: {type(exc).__name__}: {exc}") from exc
 
 
 def load(modules: list[str], builtin: bool = True) -> dict[str, CheckDef]:
@@ -63,7 +65,8 @@ def load(modules: list[str], builtin: bool = True) -> dict[str, CheckDef]:
         from accelkit.conformance import checks
 
         try:
-            checks.load_all()
+            for module in checks.load_all():
+                verify_defaults(module)
         except Exception as exc:
             raise CheckLoadError(
                 f"cannot import the check catalogue (accelkit.conformance.checks): "

@@ -66,12 +66,56 @@ def test_select_runs_a_check_at_a_world_size_it_is_also_written_for():
         checks["a.fixed"].at(2)
 
 
-def test_check_decorator_rejects_bad_world_sizes():
+def _declare(tmp_path, source: str, name: str = "declared") -> dict:
+    """Import ``source`` as the check module ``<name>.py`` (through the loader); its checks."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("from accelkit.conformance.api import Defaults, check\n\n" + source)
+    checks = loader.load([str(path)], builtin=False)
+    return {cid: c for cid, c in checks.items() if c.module.endswith("." + name)}
+
+
+DECLARED = '''
+CHECK_DEFAULTS = Defaults(also_at=(2, 8), requires=("accelerator",))
+
+
+@check
+def plain(ctx):
+    """Takes every default (torch.distributed)."""
+
+
+@check(world_size=8, also_at=(), requires=(), timeout=9)
+def overridden(ctx):
+    """Replaces each default (torch.distributed)."""
+'''
+
+
+def test_check_id_comes_from_module_and_function_and_defaults_from_the_module(tmp_path):
+    checks = _declare(tmp_path, DECLARED)
+    plain, overridden = checks["declared.plain"], checks["declared.overridden"]
+    assert (plain.world_size, plain.also_at, plain.requires, plain.timeout) == (
+        4, (2, 8), ("accelerator",), None)
+    assert (overridden.world_size, overridden.also_at, overridden.requires,
+            overridden.timeout) == (8, (), (), 9)
+    named = _declare(tmp_path, "CHECK_DEFAULTS = Defaults(area='elsewhere')\n\n\n@check\n"
+                               "def one(ctx):\n    'Area from the module (torch).'\n",
+                     name="area_override")
+    assert list(named) == ["elsewhere.one"]
+
+
+def test_check_declaration_errors(tmp_path):
     from accelkit.conformance.api import check
 
-    for kwargs in ({"world_size": 0}, {"also_at": (0,)}, {"world_size": 4, "also_at": (4,)}):
-        with pytest.raises(ValueError, match="world sizes must be >= 1"):
-            check("x.bad", **kwargs)
+    with pytest.raises(TypeError, match=r"@check\('x.bad'\): a check's id is <module name>"):
+        check("x.bad")
+    for i, kwargs in enumerate(("world_size=0", "also_at=(0,)", "world_size=4, also_at=(4,)")):
+        with pytest.raises(loader.CheckLoadError, match="world sizes must be >= 1"):
+            _declare(tmp_path, f"@check({kwargs})\ndef bad(ctx):\n    'x (torch).'\n",
+                     name=f"bad{i}")
+    with pytest.raises(loader.CheckLoadError, match="set it before the first check"):
+        _declare(tmp_path, "@check\ndef early(ctx):\n    'x (torch).'\n\n\n"
+                           "CHECK_DEFAULTS = Defaults(also_at=(2,))\n", name="late")
+    with pytest.raises(loader.CheckLoadError, match="needs a docstring"):
+        _declare(tmp_path, "@check\ndef nodoc(ctx):\n    pass\n", name="nodoc")
 
 
 def test_import_module_errors_name_the_module(tmp_path):
@@ -180,9 +224,9 @@ def test_two_check_files_with_the_same_name_both_load(tmp_path):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "vendor_checks.py").write_text(
             "from accelkit.conformance.api import check\n\n\n"
-            f"@check('samename.from_{folder}', world_size=2)\n"
+            "@check(world_size=2)\n"
             f"def from_{folder}(ctx):\n"
             f"    '''A check defined in folder {folder} (torch.distributed).'''\n")
     for folder in ("a", "b"):
         loader.import_module(str(tmp_path / folder / "vendor_checks.py"))
-    assert {"samename.from_a", "samename.from_b"} <= set(CHECKS)
+    assert {"vendor_checks.from_a", "vendor_checks.from_b"} <= set(CHECKS)

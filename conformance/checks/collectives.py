@@ -16,13 +16,15 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import (
     ALSO_AT,
     assert_equal,
     assert_on_device,
     rank_input,
 )
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64)
 SHAPE = (3, 5)
@@ -43,14 +45,14 @@ def _all_reduce_matches(ctx, op, dtypes, reference, seed, low=-8, high=9):
         assert_equal(mine, expected, f"all_reduce({op}, {dtype})")
 
 
-@check("collectives.all_reduce_sum", also_at=ALSO_AT)
+@check
 def all_reduce_sum(ctx):
     """all_reduce with ReduceOp.SUM for float32, bfloat16 and int64 equals the sum of every
     rank's input (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.SUM, DTYPES, lambda s: s.sum(0), seed=1)
 
 
-@check("collectives.all_reduce_product", also_at=ALSO_AT)
+@check
 def all_reduce_product(ctx):
     """all_reduce with ReduceOp.PRODUCT for float32, bfloat16 and int64 equals the product of
     every rank's input; inputs are in [-2, 2] so the product is exact (torch.distributed.all_reduce)."""
@@ -58,21 +60,21 @@ def all_reduce_product(ctx):
                         low=-2, high=3)
 
 
-@check("collectives.all_reduce_min", also_at=ALSO_AT)
+@check
 def all_reduce_min(ctx):
     """all_reduce with ReduceOp.MIN for float32, bfloat16 and int64 equals the element-wise
     minimum over ranks (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.MIN, DTYPES, lambda s: s.amin(0), seed=3)
 
 
-@check("collectives.all_reduce_max", also_at=ALSO_AT)
+@check
 def all_reduce_max(ctx):
     """all_reduce with ReduceOp.MAX for float32, bfloat16 and int64 equals the element-wise
     maximum over ranks (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.MAX, DTYPES, lambda s: s.amax(0), seed=4)
 
 
-@check("collectives.all_reduce_avg", also_at=ALSO_AT)
+@check
 def all_reduce_avg(ctx):
     """all_reduce with ReduceOp.AVG for float32 and bfloat16 equals the mean over ranks (exact:
     integer inputs, a power-of-two world). DTensor's Partial("avg") relies on it
@@ -81,7 +83,7 @@ def all_reduce_avg(ctx):
                         lambda s: s.to(torch.float64).sum(0) / s.shape[0], seed=5)
 
 
-@check("collectives.all_reduce_bitwise", also_at=ALSO_AT)
+@check
 def all_reduce_bitwise(ctx):
     """all_reduce with ReduceOp.BAND, BOR and BXOR on int64 equals the bitwise reduction over
     ranks (torch.distributed.all_reduce)."""
@@ -98,7 +100,7 @@ def all_reduce_bitwise(ctx):
     _all_reduce_matches(ctx, dist.ReduceOp.BXOR, (torch.int64,), fold(torch.bitwise_xor), 8, 0, 256)
 
 
-@check("collectives.broadcast_every_root", also_at=ALSO_AT)
+@check
 def broadcast_every_root(ctx):
     """broadcast from each rank in turn leaves the root's tensor on every rank, for float32,
     bfloat16 and int64 (torch.distributed.broadcast)."""
@@ -109,7 +111,7 @@ def broadcast_every_root(ctx):
             assert_equal(mine, every[root], f"broadcast(src={root}, {dtype})")
 
 
-@check("collectives.reduce", also_at=ALSO_AT)
+@check
 def reduce(ctx):
     """reduce(SUM) to each destination rank in turn leaves the sum on the destination
     (torch.distributed.reduce)."""
@@ -120,7 +122,7 @@ def reduce(ctx):
             assert_equal(mine, torch.stack(every).sum(0), f"reduce(dst={dst})")
 
 
-@check("collectives.all_gather", also_at=ALSO_AT)
+@check
 def all_gather(ctx):
     """all_gather into a list of tensors: entry i is rank i's input, for float32, bfloat16 and
     int64 (torch.distributed.all_gather)."""
@@ -133,7 +135,7 @@ def all_gather(ctx):
             assert_equal(got, every[i], f"all_gather output[{i}] ({dtype})")
 
 
-@check("collectives.all_gather_single", also_at=ALSO_AT)
+@check
 def all_gather_single(ctx):
     """all_gather_single concatenates every rank's input along dim 0, for float32, bfloat16
     and int64 (torch.distributed.all_gather_single, the 2.13 name of all_gather_into_tensor)."""
@@ -144,7 +146,7 @@ def all_gather_single(ctx):
         assert_equal(flat, torch.cat(every), f"all_gather_single ({dtype})")
 
 
-@check("collectives.all_gather_into_tensor", also_at=ALSO_AT)
+@check
 def all_gather_into_tensor(ctx):
     """The deprecated all_gather_into_tensor still concatenates every rank's input (it routes
     through all_gather_single; torch.distributed.all_gather_into_tensor)."""
@@ -156,7 +158,7 @@ def all_gather_into_tensor(ctx):
     assert_equal(out, torch.cat(every), "all_gather_into_tensor")
 
 
-@check("collectives.reduce_scatter", also_at=ALSO_AT)
+@check
 def reduce_scatter(ctx):
     """reduce_scatter from a list: rank r receives the sum over ranks of their r-th list entry
     (torch.distributed.reduce_scatter)."""
@@ -168,7 +170,7 @@ def reduce_scatter(ctx):
     assert_equal(out, expected, "reduce_scatter")
 
 
-@check("collectives.reduce_scatter_single", also_at=ALSO_AT)
+@check
 def reduce_scatter_single(ctx):
     """reduce_scatter_single: rank r receives chunk r of the sum of every rank's flat input
     (torch.distributed.reduce_scatter_single, the 2.13 name of reduce_scatter_tensor)."""
@@ -180,7 +182,7 @@ def reduce_scatter_single(ctx):
     assert_equal(out, total.chunk(ctx.world_size)[ctx.rank], "reduce_scatter_single")
 
 
-@check("collectives.reduce_scatter_tensor", also_at=ALSO_AT)
+@check
 def reduce_scatter_tensor(ctx):
     """The deprecated reduce_scatter_tensor still gives rank r chunk r of the summed input
     (torch.distributed.reduce_scatter_tensor)."""
@@ -198,7 +200,7 @@ def _a2a_value(src: int, dst: int, n: int) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float32) + 100 * src + 10 * dst
 
 
-@check("collectives.all_to_all_single_equal", also_at=ALSO_AT)
+@check
 def all_to_all_single_equal(ctx):
     """all_to_all_single with equal splits: rank r's output chunk j is rank j's input chunk r
     (torch.distributed.all_to_all_single)."""
@@ -210,7 +212,7 @@ def all_to_all_single_equal(ctx):
                  "all_to_all_single (equal splits)")
 
 
-@check("collectives.all_to_all_single_uneven", also_at=ALSO_AT)
+@check
 def all_to_all_single_uneven(ctx):
     """all_to_all_single with uneven split sizes (rank s sends (s + 2d) % 3 + 1 elements to
     rank d, and nothing from rank 0 to itself: a zero-size split) delivers every chunk intact and
@@ -229,7 +231,7 @@ def all_to_all_single_uneven(ctx):
     assert_equal(out, expected, f"all_to_all_single (send splits {send}, recv splits {recv})")
 
 
-@check("collectives.all_to_all", also_at=ALSO_AT)
+@check
 def all_to_all(ctx):
     """all_to_all with lists of tensors: output[j] on rank r is rank j's input[r]
     (torch.distributed.all_to_all; equal sizes, as gloo requires them)."""
@@ -241,7 +243,7 @@ def all_to_all(ctx):
         assert_equal(got, _a2a_value(src, ctx.rank, n), f"all_to_all output[{src}]")
 
 
-@check("collectives.gather", also_at=ALSO_AT)
+@check
 def gather(ctx):
     """gather to the first and the last rank: the destination's list holds every rank's input
     (torch.distributed.gather)."""
@@ -255,7 +257,7 @@ def gather(ctx):
                 assert_equal(got, every[i], f"gather(dst={dst}) entry {i}")
 
 
-@check("collectives.scatter", also_at=ALSO_AT)
+@check
 def scatter(ctx):
     """scatter from the first and the last rank: rank r receives the source's r-th tensor
     (torch.distributed.scatter)."""
@@ -266,7 +268,7 @@ def scatter(ctx):
         assert_equal(out, pieces[ctx.rank], f"scatter(src={src})")
 
 
-@check("collectives.send_recv_ring", also_at=ALSO_AT)
+@check
 def send_recv_ring(ctx):
     """Point-to-point around a ring: blocking send/recv (even ranks send first) and then
     isend/irecv both deliver the left neighbour's tensor (torch.distributed.send/recv/isend/irecv)."""
@@ -288,7 +290,7 @@ def send_recv_ring(ctx):
     assert_equal(got2, every[left] * 2, "isend/irecv ring")
 
 
-@check("collectives.batch_isend_irecv", also_at=ALSO_AT)
+@check
 def batch_isend_irecv(ctx):
     """batch_isend_irecv with sends to both neighbours and receives from both (what pipeline
     parallelism issues) delivers each neighbour's tensor (torch.distributed.batch_isend_irecv)."""
@@ -305,7 +307,7 @@ def batch_isend_irecv(ctx):
     assert_equal(from_right, every[right] * 3, "tensor from the right neighbour")
 
 
-@check("collectives.object_collectives", also_at=ALSO_AT)
+@check
 def object_collectives(ctx):
     """The object collectives DCP and DTensor's run_check use (all_gather_object,
     broadcast_object_list, gather_object, scatter_object_list) carry picklable objects,
@@ -329,7 +331,7 @@ def object_collectives(ctx):
     assert got == [("s", ctx.rank)], f"scatter_object_list gave {got}"
 
 
-@check("collectives.barrier", also_at=ALSO_AT)
+@check
 def barrier(ctx):
     """barrier returns on a rank only after every rank has entered it: each rank, rank r after
     r * 20 ms, increments a store counter (a synchronous add) just before the barrier, and
@@ -345,7 +347,7 @@ def barrier(ctx):
     assert entered == ctx.world_size, f"after barrier() only {entered} of {ctx.world_size} ranks had entered it"
 
 
-@check("collectives.async_work", also_at=ALSO_AT)
+@check
 def async_work(ctx):
     """async_op=True returns a Work whose wait() completes the collective, is_completed() is
     then True, and get_future() resolves to the output tensors (torch.distributed Work API)."""
@@ -364,7 +366,7 @@ def async_work(ctx):
     assert_equal(out, torch.stack(every).sum(0).repeat(ctx.world_size, 1), "async all_gather_single")
 
 
-@check("collectives.functional", also_at=ALSO_AT)
+@check
 def functional(ctx):
     """Functional collectives (what DTensor calls) return AsyncCollectiveTensor in eager mode;
     wait() / wait_tensor give the right values, and using a result without wait() waits
@@ -390,7 +392,7 @@ def functional(ctx):
                      f"funcol.all_reduce(max) used without wait ({what})")
 
 
-@check("collectives.subgroup_half", also_at=(8,))
+@check(also_at=(8,))
 def subgroup_half(ctx):
     """A group of half the ranks (new_group, created by every rank) reduces, broadcasts and
     gathers among its members only; the other half's group is NON_GROUP_MEMBER here
@@ -414,7 +416,7 @@ def subgroup_half(ctx):
     assert_equal(out, torch.tensor([float(r) for r in members]), "all_gather_single on half group")
 
 
-@check("collectives.non_contiguous", also_at=ALSO_AT)
+@check
 def non_contiguous(ctx):
     """Views are honoured: an all_reduce on a row of a larger buffer (storage offset) changes
     that row only; all_gather into views of one buffer fills it; a transposed (non-contiguous)
@@ -444,7 +446,7 @@ def non_contiguous(ctx):
     assert_equal(transposed, torch.stack(every).sum(0).t(), "all_reduce of a transposed tensor")
 
 
-@check("collectives.all_reduce_64mib", also_at=ALSO_AT, timeout=120)
+@check(timeout=120)
 def all_reduce_64mib(ctx):
     """A 64 MiB float32 all_reduce (16 Mi elements) is exact: rank r contributes
     (r + 1) * (i % 7), the sum is world*(world+1)/2 * (i % 7) (torch.distributed.all_reduce)."""

@@ -16,9 +16,11 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import ALSO_AT, assert_equal, expect_raises
 from torch.distributed.device_mesh import DeviceMesh, _mesh_resources
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 
 def _expected_group(shape: tuple[int, ...], rank: int, dim: int) -> list[int]:
@@ -49,7 +51,7 @@ def _assert_group(ctx, group, expected: list[int], what: str) -> None:
                  f"{what}: all_reduce over the group (must involve its members only)")
 
 
-@check("devicemesh.mesh_1d", also_at=ALSO_AT)
+@check
 def mesh_1d(ctx):
     """init_device_mesh(device, (world,)) gives a 1-D mesh over every rank on the backend's
     device type whose group is the whole world on the backend's library (PR 102336)."""
@@ -62,7 +64,7 @@ def mesh_1d(ctx):
     _assert_group(ctx, mesh.get_group(), list(range(ctx.world_size)), "1-D mesh group")
 
 
-@check("devicemesh.mesh_2d_names", also_at=ALSO_AT)
+@check
 def mesh_2d_names(ctx):
     """A 2-D mesh (2, world/2) with mesh_dim_names ("dp", "tp") has the row-major layout, its
     names, and one group per dimension with exactly the expected ranks, addressable by index
@@ -82,7 +84,7 @@ def mesh_2d_names(ctx):
         assert groups[dim] is mesh.get_group(dim)
 
 
-@check("devicemesh.mesh_3d", world_size=8)
+@check(world_size=8, also_at=())
 def mesh_3d(ctx):
     """A 3-D mesh (2, 2, 2) named ("dp", "cp", "tp"): each dimension's group, coordinates,
     slicing two non-adjacent dims (mesh["dp", "tp"]) and flattening mesh["dp", "cp"] into
@@ -107,7 +109,7 @@ def mesh_3d(ctx):
     assert mesh["dp", "cp"]._flatten() is flat, "flattening again built a new mesh"
 
 
-@check("devicemesh.slice_by_name", also_at=ALSO_AT)
+@check
 def slice_by_name(ctx):
     """Slicing a 2-D mesh by name: mesh["dp"] and mesh["tp"] are 1-D meshes of the rank's
     column and row with the parent's groups, mesh["dp", "tp"] is the whole mesh, and an unknown
@@ -128,7 +130,7 @@ def slice_by_name(ctx):
         mesh["pp"]
 
 
-@check("devicemesh.coordinate_local_rank", also_at=ALSO_AT)
+@check
 def coordinate_local_rank(ctx):
     """get_coordinate() is the rank's (row, column) in a 2-D mesh and get_local_rank(dim) its
     index in each dimension's group (by index and by name); a 1-D mesh's local rank is the
@@ -143,7 +145,7 @@ def coordinate_local_rank(ctx):
     assert ctx.mesh((ctx.world_size,)).get_local_rank() == ctx.rank
 
 
-@check("devicemesh.flatten", also_at=ALSO_AT)
+@check
 def flatten(ctx):
     """mesh["dp", "tp"]._flatten() on a 2-D mesh is a 1-D mesh "dp_tp" over every rank whose
     group works on the device; flattening again returns the same mesh and a custom name is
@@ -160,7 +162,7 @@ def flatten(ctx):
     assert named.mesh_dim_names == ("world",)
 
 
-@check("devicemesh.context_manager", also_at=ALSO_AT)
+@check
 def context_manager(ctx):
     """``with mesh:`` makes mesh the current mesh, a nested ``with`` makes the inner one current
     and restores the outer on exit, and leaving the outer leaves no current mesh ("No device
@@ -230,7 +232,7 @@ def _probe_result(proc, what):
     return json.loads(out.strip().splitlines()[-1])
 
 
-@check("devicemesh.device_selection", also_at=ALSO_AT, requires=("accelerator",), timeout=150)
+@check(requires=("accelerator",), timeout=150)
 def device_selection(ctx):
     """DeviceMesh selects the process's device only if the user has not: with LOCAL_RANK set it
     takes that device, without it rank % device_count(), and a device set by the user before
@@ -280,6 +282,7 @@ if bound != device:
     sys.exit(f"init_process_group(device_id={device}) left the default group's bound_device_id "
              f"= {bound}: eager init is lost, so DeviceMesh and split_group cannot split it")
 from torch.distributed.device_mesh import init_device_mesh
+
 mesh = init_device_mesh(spec.device_type, (world, 1), mesh_dim_names=("dp", "tp"))
 t = torch.ones(2, device=device)
 dist.all_reduce(t, group=mesh["dp"].get_group())
@@ -292,7 +295,7 @@ dist.destroy_process_group()
 """
 
 
-@check("devicemesh.eager_init_split", also_at=ALSO_AT, requires=("accelerator",), timeout=150)
+@check(requires=("accelerator",), timeout=150)
 def eager_init_split(ctx):
     """init_process_group(device_id=...) (eager init, the setup torch recommends) keeps the
     device bound to the default group, and then DeviceMesh builds its sub-groups with
@@ -311,7 +314,7 @@ def eager_init_split(ctx):
             assert got == {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1}, f"rank {r}: {got}"
 
 
-@check("devicemesh.mesh_larger_than_world", also_at=ALSO_AT)
+@check
 def mesh_larger_than_world(ctx):
     """A mesh with more ranks than the world raises RuntimeError naming both sizes ("Mesh
     should not be bigger than default world size") (torch.distributed.device_mesh)."""
@@ -320,7 +323,7 @@ def mesh_larger_than_world(ctx):
         ctx.mesh((ctx.world_size * 2,))
 
 
-@check("devicemesh.from_group", also_at=ALSO_AT)
+@check
 def from_group(ctx):
     """DeviceMesh.from_group wraps existing groups without creating new ones: the world group
     (1-D), a half-world group (1-D, its own ranks), and a (dp, tp) pair of groups with a mesh
@@ -347,7 +350,7 @@ def from_group(ctx):
     _assert_group(ctx, mesh2["tp"].get_group(), layout[row].tolist(), "from_group 2-D tp")
 
 
-@check("devicemesh.submesh_collective_members", also_at=ALSO_AT)
+@check
 def submesh_collective_members(ctx):
     """A collective on a sub-mesh's group involves only its members: all_gather over
     mesh["tp"] returns exactly the row's ranks, over mesh["dp"] the column's
@@ -362,7 +365,7 @@ def submesh_collective_members(ctx):
         assert_equal(out, torch.tensor([float(r) for r in expected]), f"all_gather over mesh[{name!r}]")
 
 
-@check("devicemesh.dim_group_dispatch", also_at=ALSO_AT, requires=("cpu-collectives",))
+@check(requires=("cpu-collectives",))
 def dim_group_dispatch(ctx):
     """A mesh dimension's group is a dispatchable process group: the same group reduces a
     device tensor through the backend's library and a CPU tensor through gloo (PR 102336)."""

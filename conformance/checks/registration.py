@@ -14,15 +14,17 @@ import sys
 
 import torch
 import torch.distributed as dist
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import ALSO_AT, all_ranks_object, assert_equal
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 
 def _handle(ctx):
     return getattr(torch, ctx.device_type)
 
 
-@check("registration.default_backend_for_device", also_at=ALSO_AT)
+@check
 def default_backend_for_device(ctx):
     """Backend.default_device_backend_map and get_default_backend_for_device name the backend's
     collective library for its device type (given as a str and as a torch.device), and the
@@ -38,7 +40,7 @@ def default_backend_for_device(ctx):
     assert ctx.device_type in capability, f"Backend.backend_capability[{be!r}] = {capability}"
 
 
-@check("registration.group_backend_for_device", also_at=ALSO_AT)
+@check
 def group_backend_for_device(ctx):
     """The default group's backend for the device is the backend's library and reports its own
     name (the device Backend's name(), e.g. "mockccl"), and the group's backend config maps the
@@ -67,6 +69,7 @@ def group_backend_for_device(ctx):
 _CHECKER_PROBE = r"""
 import json, sys
 from accelkit.core import check_device_handle, registry
+
 spec = registry.get(sys.argv[1])
 spec.setup()
 report = check_device_handle(spec.device_type)
@@ -74,7 +77,7 @@ print(json.dumps({"errors": len(report.errors), "render": report.render()}))
 """
 
 
-@check("registration.device_handle_contract", also_at=ALSO_AT, timeout=120)
+@check(timeout=120)
 def device_handle_contract(ctx):
     """accelkit's device-handle checker (accelkit.core.check_device_handle), run by rank 0 in a
     fresh process after the backend's setup() (the checker needs a device nobody has used
@@ -93,7 +96,7 @@ def device_handle_contract(ctx):
         f"check_device_handle({ctx.device_type!r}) found errors:\n{result['render']}")
 
 
-@check("registration.accelerator_api", also_at=ALSO_AT, requires=("accelerator",))
+@check(requires=("accelerator",))
 def accelerator_api(ctx):
     """torch.accelerator reports the device: available, current_accelerator() is the device
     type, device_count() matches torch.<device>, the current index is the rank's device, and
@@ -118,7 +121,7 @@ def accelerator_api(ctx):
     assert torch._C._get_accelerator().type == ctx.device_type
 
 
-@check("registration.manual_seed_reaches_device", also_at=ALSO_AT, requires=("accelerator",))
+@check(requires=("accelerator",))
 def manual_seed_reaches_device(ctx):
     """torch.manual_seed(s) seeds the device generator too (initial_seed() is s and the device
     draws repeat after reseeding, differ for another seed), so every rank seeding alike draws
@@ -138,7 +141,7 @@ def manual_seed_reaches_device(ctx):
         assert_equal(d, first, f"rank {r}'s device draw at the same seed")
 
 
-@check("registration.device_module", also_at=ALSO_AT, requires=("accelerator",))
+@check(requires=("accelerator",))
 def device_module(ctx):
     """The device is usable through the normal torch surface: torch.<device> is registered,
     tensors move to and from it with their values, and for a PrivateUse1 device the backend is

@@ -14,13 +14,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import ALSO_AT, all_ranks_object, assert_equal, expect_raises
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, _random, distribute_tensor
 
 TRACKER = ("rng-tracker",)
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, requires=TRACKER)
 
 
 def _handle(ctx):
@@ -61,7 +62,7 @@ def _gather_locals(dt: DTensor, group=None) -> list[torch.Tensor]:
     return all_ranks_object(dt.to_local().detach().cpu(), group)
 
 
-@check("rng.cpu_mesh_refused", also_at=ALSO_AT)
+@check(requires=())
 def cpu_mesh_refused(ctx):
     """torch's tracker refuses a cpu mesh: OffsetBasedRNGTracker(cpu mesh) raises RuntimeError
     naming "CUDA/CUDA-like/XPU" — why the rng checks are SKIPped, not failed, on the cpu
@@ -71,7 +72,7 @@ def cpu_mesh_refused(ctx):
         _random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
 
 
-@check("rng.supported", also_at=ALSO_AT, requires=TRACKER)
+@check
 def supported(ctx):
     """is_rng_supported_mesh is True for the device's mesh (the handle has set_rng_state), the
     backend declares an RNG class other than "unsupported", and the tracker builds on the
@@ -84,7 +85,7 @@ def supported(ctx):
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
 
 
-@check("rng.state_layout", also_at=ALSO_AT, requires=TRACKER)
+@check
 def state_layout(ctx):
     """get_rng_state() is 16 bytes that decode to (seed, offset): torch.manual_seed(s) gives
     seed s at offset 0 on the device, a device random op moves the offset forward, the state
@@ -105,7 +106,7 @@ def state_layout(ctx):
     assert_equal(torch.rand(64, device=ctx.device), first, "draw after restoring the state")
 
 
-@check("rng.manual_seed_sync", also_at=ALSO_AT, requires=TRACKER)
+@check
 def manual_seed_sync(ctx):
     """DTensor's manual_seed(seed, mesh) gives every rank of the mesh that seed (offset 0), and
     on a rank outside a sub-mesh it raises RuntimeError ("requires the current rank to be a
@@ -126,7 +127,7 @@ def manual_seed_sync(ctx):
             _random.manual_seed(778, sub)
 
 
-@check("rng.tracker_type", also_at=ALSO_AT, requires=TRACKER)
+@check
 def tracker_type(ctx):
     """With no tracker yet, the first random DTensor op creates an OffsetBasedRNGTracker on the
     rank's device (PR 103235: the default policy)."""
@@ -140,7 +141,7 @@ def tracker_type(ctx):
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
 
 
-@check("rng.offset_advance", also_at=ALSO_AT, requires=TRACKER)
+@check
 def offset_advance(ctx):
     """After a random DTensor op every rank's offset moves from o to o + ceil4(numel of the
     whole DTensor), for Shard(0), Shard(1) and Replicate of a (5, 7) tensor (35 -> 36) and a
@@ -163,7 +164,7 @@ def _assert_pairwise_distinct(pieces, what):
             assert not torch.equal(pieces[i], pieces[j]), f"{what}: shards {i} and {j} are equal"
 
 
-@check("rng.shard_distinct", also_at=ALSO_AT, requires=TRACKER)
+@check
 def shard_distinct(ctx):
     """A random Shard(0) and a random Shard(1) DTensor hold different values on every shard
     (each shard starts at its own offset) (PR 103235)."""
@@ -174,7 +175,7 @@ def shard_distinct(ctx):
         _assert_pairwise_distinct(pieces, str(placement))
 
 
-@check("rng.replicate_equal", also_at=ALSO_AT, requires=TRACKER)
+@check
 def replicate_equal(ctx):
     """A random Replicate DTensor is the same on every rank (PR 103235)."""
     mesh = ctx.mesh((ctx.world_size,))
@@ -184,7 +185,7 @@ def replicate_equal(ctx):
         assert_equal(piece, pieces[0], f"Replicate random values on rank {r} vs rank 0")
 
 
-@check("rng.mesh_2d", also_at=ALSO_AT, requires=TRACKER)
+@check
 def mesh_2d(ctx):
     """On a (dp, tp) mesh a random [Shard(0), Replicate()] DTensor is equal along the replicate
     (tp) dim and distinct along the shard (dp) dim (PR 103235)."""
@@ -198,7 +199,7 @@ def mesh_2d(ctx):
     _assert_pairwise_distinct(along_dp, "along the shard (dp) dim")
 
 
-@check("rng.determinism", also_at=ALSO_AT, requires=TRACKER)
+@check
 def determinism(ctx):
     """The same seed gives the same random DTensor: two runs after torch.manual_seed(s) (with a
     fresh tracker each time) give bitwise equal local shards; another seed gives other values
@@ -212,7 +213,7 @@ def determinism(ctx):
     assert not torch.equal(runs[2], runs[0]), "a different seed gave the same values"
 
 
-@check("rng.offset_exact", also_at=ALSO_AT, requires=TRACKER + ("offset-exact",))
+@check(requires=TRACKER + ("offset-exact",))
 def offset_exact(ctx):
     """For an offset-exact backend a random Shard(0) DTensor equals, bit for bit, the same op on
     one device at the same seed: shard r starts at offset r * local numel (a multiple of 4)
@@ -226,7 +227,7 @@ def offset_exact(ctx):
     assert_equal(full, reference, "Shard(0) random DTensor vs the single-device op")
 
 
-@check("rng.dropout", also_at=ALSO_AT, requires=TRACKER)
+@check
 def dropout(ctx):
     """F.dropout on DTensors in training mode: a Replicate input gets the same mask on every
     rank, a Shard(0) input a different mask on each shard; kept values are scaled by 1/(1-p)
@@ -242,7 +243,7 @@ def dropout(ctx):
     _assert_pairwise_distinct(_gather_locals(shard), "Shard(0) dropout masks")
 
 
-@check("rng.user_generator", also_at=ALSO_AT, requires=TRACKER)
+@check
 def user_generator(ctx):
     """A random DTensor op given generator= (a device Generator) draws from that generator's
     state — a reseeded generator repeats the values and matches the default generator at the
@@ -270,7 +271,7 @@ def user_generator(ctx):
     assert_equal(default_draw, first, "default generator at the same seed")
 
 
-@check("rng.fork_rng", also_at=ALSO_AT, requires=TRACKER)
+@check
 def fork_rng(ctx):
     """torch.random.fork_rng(devices=[device], device_type=...) restores the device's RNG state
     on exit: a draw after the block repeats the draw inside it (torch.random.fork_rng, which
@@ -283,7 +284,7 @@ def fork_rng(ctx):
     assert_equal(torch.rand(32, device=ctx.device), inside, "draw after fork_rng")
 
 
-@check("rng.run_state_sync", also_at=ALSO_AT, requires=TRACKER)
+@check
 def run_state_sync(ctx):
     """OffsetBasedRNGTracker(mesh, run_state_sync=True) broadcasts rank 0's device RNG state:
     ranks seeded differently all end with rank 0's (seed, offset) (PR 103235)."""
@@ -296,7 +297,7 @@ def run_state_sync(ctx):
     assert all(s == rank0 for s in states), f"states after run_state_sync {states}, rank 0 had {rank0}"
 
 
-@check("rng.init_weights", also_at=ALSO_AT, requires=TRACKER)
+@check
 def init_weights(ctx):
     """nn.init uniform_, normal_, trunc_normal_ and kaiming_uniform_ on DTensor parameters are
     deterministic at a seed, give equal replicas for Replicate and distinct shards for
@@ -327,7 +328,7 @@ def init_weights(ctx):
                 _assert_pairwise_distinct(pieces, f"{name} on Shard(0)")
 
 
-@check("rng.submesh", also_at=ALSO_AT, requires=TRACKER)
+@check
 def submesh(ctx):
     """A random op on a DTensor of a sub-mesh (the first half of the ranks): members advance
     their offset by ceil4(numel) and hold distinct shards; non-members do not run the op and

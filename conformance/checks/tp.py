@@ -16,7 +16,7 @@ import warnings
 
 import torch
 import torch.nn.functional as F
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import (
     ALSO_AT,
     all_ranks_object,
@@ -36,6 +36,8 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 DIM, HIDDEN = 16, 32
 
@@ -96,7 +98,7 @@ class MLP(nn.Module):
 MLP_PLAN = {"up": ColwiseParallel(), "down": RowwiseParallel()}
 
 
-@check("tp.colwise", also_at=ALSO_AT)
+@check
 def colwise(ctx):
     """ColwiseParallel shards a Linear's weight and bias on dim 0; with a replicated input the
     local output is this rank's column block of the single-device output, and backward gives
@@ -115,7 +117,7 @@ def colwise(ctx):
     _assert_grads(lin, ref, "colwise")
 
 
-@check("tp.rowwise", also_at=ALSO_AT)
+@check
 def rowwise(ctx):
     """RowwiseParallel shards the weight on dim 1 and replicates the bias; fed this rank's
     slice of the input's last dim it returns the full single-device output on every rank
@@ -133,7 +135,7 @@ def rowwise(ctx):
     _assert_grads(lin, ref, "rowwise")
 
 
-@check("tp.mlp", also_at=ALSO_AT)
+@check
 def mlp(ctx):
     """A Colwise -> Rowwise MLP (dict plan) matches the single-device MLP in forward, in the
     input's gradient and in every parameter's gradient (torch.distributed.tensor.parallel)."""
@@ -144,7 +146,7 @@ def mlp(ctx):
                               lambda y: y.pow(2).sum())
 
 
-@check("tp.sequence_parallel", also_at=ALSO_AT)
+@check
 def sequence_parallel(ctx):
     """SequenceParallel on a LayerNorm: the local input is this rank's slice of the sequence
     dim, the output is a Shard(1) DTensor equal to the single-device LayerNorm, the parameters
@@ -172,7 +174,7 @@ class _Echo(nn.Module):
         return x * 1
 
 
-@check("tp.prepare_module_io", also_at=ALSO_AT)
+@check
 def prepare_module_io(ctx):
     """PrepareModuleInput turns a local Shard(0) input into a Replicate DTensor (the module sees
     the whole batch), and PrepareModuleOutput turns a Replicate output into a local Shard(0)
@@ -208,7 +210,7 @@ class _Stack(nn.Module):
         return self.head(x)
 
 
-@check("tp.dict_plan_wildcards", also_at=ALSO_AT)
+@check
 def dict_plan_wildcards(ctx):
     """A dict plan with nested FQNs and wildcards ("layers.*.up", "layers.*.down", "head")
     parallelizes every matching submodule (placements checked) and the model matches one
@@ -236,7 +238,7 @@ def dict_plan_wildcards(ctx):
         f"no 'could not be resolved' warning for an unmatched key: {[str(w.message) for w in caught]}")
 
 
-@check("tp.ambient_mesh", also_at=ALSO_AT)
+@check
 def ambient_mesh(ctx):
     """``with mesh: parallelize_module(m, parallelize_plan=...)`` without a mesh argument uses
     the ambient mesh: the parameters are DTensors on that very mesh and the module matches
@@ -296,7 +298,7 @@ def _feedforward_pair(ctx, mesh, partial_output):
     return ref, model
 
 
-@check("tp.feedforward_in_init", also_at=ALSO_AT)
+@check
 def feedforward_in_init(ctx):
     """PR 134247's FeedForward (w1/w3 Colwise, w2 Rowwise, SiLU gate) built under
     ``with mesh:`` with parallelize_module inside __init__ matches the single-device module in
@@ -317,7 +319,7 @@ def feedforward_in_init(ctx):
     _assert_grads(model, ref, "FeedForward")
 
 
-@check("tp.partial_output", also_at=ALSO_AT)
+@check
 def partial_output(ctx):
     """The FeedForward may return w2's Partial output as is or redistribute it to Replicate:
     the Partial DTensor's full_tensor(), the Replicate result and the single-device output are
@@ -332,7 +334,7 @@ def partial_output(ctx):
     assert_close(replicated, ref(x), "Partial output vs one device")
 
 
-@check("tp.plan_none_warns", also_at=ALSO_AT)
+@check
 def plan_none_warns(ctx):
     """parallelize_module with parallelize_plan=None warns "No parallelize_plan is provided ...
     this parallelize_module call will do nothing" and returns the very same module, unchanged;
@@ -354,7 +356,7 @@ def plan_none_warns(ctx):
         assert_equal(module.weight.detach(), before, f"{what}: weight changed")
 
 
-@check("tp.no_mesh_raises", also_at=ALSO_AT)
+@check
 def no_mesh_raises(ctx):
     """parallelize_module with a plan but neither a mesh argument nor an ambient mesh raises
     RuntimeError "No device mesh is currently active!" and leaves the module unchanged
@@ -366,7 +368,7 @@ def no_mesh_raises(ctx):
     assert not isinstance(module.weight, DTensor)
 
 
-@check("tp.nd_ambient_mesh", also_at=ALSO_AT)
+@check
 def nd_ambient_mesh(ctx):
     """With a 2-D mesh as the ambient mesh parallelize_module gets the whole 2-D mesh (not the
     TP dim) and fails exactly as when that mesh is passed explicitly ("placements must have the
@@ -409,7 +411,7 @@ BLOCK_PLAN = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParall
               "o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
 
 
-@check("tp.transformer_block", also_at=(2,))
+@check(also_at=(2,))
 def transformer_block(ctx):
     """A transformer block under TP (q/k/v Colwise so each rank holds whole heads, o Rowwise,
     MLP Colwise->Rowwise) matches the single-device block forward and backward, input and
@@ -430,7 +432,7 @@ def _dropout_region(ctx, mesh, seed):
     return F.dropout(x, p=0.5, training=True)
 
 
-@check("tp.dropout_deterministic", also_at=ALSO_AT, requires=("rng-tracker",))
+@check(requires=("rng-tracker",))
 def dropout_deterministic(ctx):
     """Dropout on a TP activation is deterministic at a seed and gives each shard its own mask
     (PR 103235's tracker inside a PR 134247-style TP model)."""
@@ -444,7 +446,7 @@ def dropout_deterministic(ctx):
             assert not torch.equal(pieces[i], pieces[j]), f"shards {i} and {j} got the same dropout mask"
 
 
-@check("tp.dropout_offset_exact", also_at=ALSO_AT, requires=("rng-tracker", "offset-exact"))
+@check(requires=("rng-tracker", "offset-exact"))
 def dropout_offset_exact(ctx):
     """On an offset-exact backend dropout on a Shard(0) TP activation is bitwise the
     single-device dropout at the same seed (PR 103235's offsets)."""
@@ -455,7 +457,7 @@ def dropout_offset_exact(ctx):
     assert_equal(full, reference, "sharded dropout vs one device")
 
 
-@check("tp.optimizer_step", also_at=ALSO_AT)
+@check
 def optimizer_step(ctx):
     """SGD (momentum) and AdamW steps on TP parameters of an MLP give the same parameters as on
     one device after three steps (torch.optim on DTensor parameters; rtol 1e-4, atol 1e-5)."""
@@ -474,7 +476,7 @@ def optimizer_step(ctx):
         _assert_params(model, ref, type(opt).__name__, rtol=1e-4, atol=1e-5)
 
 
-@check("tp.meta_init_2d", also_at=ALSO_AT, requires=("rng-tracker",))
+@check(requires=("rng-tracker",))
 def meta_init_2d(ctx):
     """An MLP built on the meta device, parallelized on the TP dim of a (dp, tp) mesh, then
     to_empty(device) and reset_parameters() at one seed: every weight's shards differ within a
@@ -503,7 +505,7 @@ def _counts(comm_mode) -> dict[str, int]:
     return {str(op).split(".")[-1]: n for op, n in comm_mode.get_comm_counts().items() if n}
 
 
-@check("tp.comm_counts", also_at=ALSO_AT)
+@check
 def comm_counts(ctx):
     """CommDebugMode counts for TP: Colwise forward none and backward one all_reduce (the
     input gradient); Rowwise forward one all_reduce and backward none; the Colwise->Rowwise
