@@ -57,6 +57,23 @@ def _probe(world_size: int = 1) -> tuple[bool, str]:
     return True, f"{count} mock devices over host memory"
 
 
+#: The mock's switches and their defaults (mock_runtime.h, mockccl.cpp).
+SETTINGS_DEFAULTS = {
+    "ACCELKIT_MOCK_DEVICES": "8",
+    "ACCELKIT_MOCK_MEMORY": "8GiB",
+    "ACCELKIT_MOCK_HOST_ACCESSIBLE": "1",
+    "ACCELKIT_MOCKCCL_CHUNK_BYTES": str(512 << 10),
+    "ACCELKIT_MOCKCCL_P2P_CHUNK_BYTES": str(256 << 10),
+}
+
+
+def _settings() -> dict[str, str]:
+    """Every ``ACCELKIT_MOCK*`` switch in effect (set ones as given, others at their
+    default); unknown ones are listed too, so a typo shows in the report."""
+    given = {k: v for k, v in os.environ.items() if k.startswith("ACCELKIT_MOCK")}
+    return {**SETTINGS_DEFAULTS, **given}
+
+
 SPEC = BackendSpec(
     name="mock",
     device_type="mock",
@@ -64,6 +81,7 @@ SPEC = BackendSpec(
     setup=_setup,
     probe=_probe,
     prepare=_prepare,
+    settings=_settings,
     capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True),
 )
 

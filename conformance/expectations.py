@@ -70,7 +70,7 @@ class Expectation:
                 "link": self.link, "torch": self.torch}
 
 
-def lookup(expectations: dict[str, Expectation], check_id: str,
+def lookup(expectations: Mapping[str, Expectation], check_id: str,
            world_size: int) -> Expectation | None:
     """The expectation for ``check_id`` run on ``world_size`` ranks: ``id@N`` wins over ``id``."""
     return expectations.get(f"{check_id}@{world_size}") or expectations.get(check_id)

@@ -86,11 +86,11 @@ def _matches(check_id: str, pattern: str) -> bool:
 
 
 def select(checks: dict[str, CheckDef], *, areas: list[str] | None = None,
-           patterns: list[str] | None = None, world_size: int | None = None) -> list[CheckDef]:
+           patterns: list[str] | None = None) -> list[CheckDef]:
     """Checks in ``areas`` whose id matches any of ``patterns`` (substring, or glob when it has
-    ``*?[``) and, with ``world_size``, written for that size (its default or one of
-    ``also_at``; returned set to run at it); ordered by world size, then area, then definition
-    order (a module lists its checks from the basic to the advanced)."""
+    ``*?[``), each at its default world size (the plan moves them to others); ordered by
+    world size, then area, then definition order (a module lists its checks from the basic
+    to the advanced)."""
     chosen = []
     position = {cid: i for i, cid in enumerate(checks)}
     for check in checks.values():
@@ -98,9 +98,5 @@ def select(checks: dict[str, CheckDef], *, areas: list[str] | None = None,
             continue
         if patterns and not any(_matches(check.id, p) for p in patterns):
             continue
-        if world_size is not None:
-            if world_size not in check.world_sizes:
-                continue
-            check = check.at(world_size)
         chosen.append(check)
     return sorted(chosen, key=lambda c: (c.world_size, c.area, position[c.id]))

@@ -1,4 +1,4 @@
-"""Check outcomes and how per-rank results merge into one (issue #3).
+"""Check outcomes and how per-rank results merge into one.
 
 A check runs on every rank; each rank reports a :class:`RankResult`. :func:`merge` turns them
 into the check's :class:`Outcome`: a dead rank makes it CRASH, a missing answer TIMEOUT, then
@@ -76,6 +76,15 @@ class CheckResult:
     @property
     def area(self) -> str:
         return self.id.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
+
+    @property
+    def key(self) -> str:
+        """``id@N``: the check on N ranks, as reports, expectations and comparisons name it."""
+        return f"{self.id}@{self.world_size}"
 
     def peak_mb(self, which: str) -> float | None:
         """The largest per-rank peak (``"host"`` or ``"device"``), in MiB, or None."""

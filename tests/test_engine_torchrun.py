@@ -1,6 +1,6 @@
 """torchrun mode on one machine: `torchrun --standalone --nproc-per-node 2 -m
 accelkit.conformance` runs checks on the launch's ranks, rank 0 writes the reports; a hang or a
-dead rank stops the launch with a report and a non-zero exit (issue #3)."""
+dead rank stops the launch with a report and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_checks_run_on_the_launch_and_a_hang_stops_it_with_a_report(tmp_path):
     assert checks["fixture.fail_rank1"]["reason"] == "rank 1: AssertionError: rank 1 disagrees: sum=2"
     assert checks["fixture.hangs"]["reason"] == "rank 1: no answer within 3 s"
     assert report["aborted"] == ("TIMEOUT in fixture.hangs; 2 check(s) not run: "
-                                 "fixture.exits_rank1, fixture.all_reduce")
+                                 "fixture.exits_rank1@2, fixture.all_reduce@4")
     assert "ABORTED: TIMEOUT in fixture.hangs" in proc.stdout
     assert "[4/6] TIMEOUT" in proc.stdout
 
@@ -103,17 +103,18 @@ def _launch_runner(monkeypatch):
     import pickle
 
     from accelkit.conformance.api import CheckDef
+    from accelkit.conformance.options import Options
     from accelkit.conformance.outcomes import RankResult
-    from accelkit.conformance.runner import RunOptions
+    from accelkit.conformance.plan import Step
     from accelkit.conformance.torchrun import LaunchRunner
     from accelkit.core import registry
 
     store = _Store()
-    runner = LaunchRunner(registry.get("cpu"), RunOptions(timeout_s=5), {}, None,
+    runner = LaunchRunner(registry.get("cpu"), Options(timeout_s=5), None,
                           ranks={"rank": 0, "world_size": 2, "local_rank": 0,
                                  "local_world_size": 2},
                           store=store, watch_store=store, finish=lambda report: None)
-    check = CheckDef(id="unit.check", fn=lambda ctx: None, world_size=2, doc="d")
+    check = Step(CheckDef(id="unit.check", fn=lambda ctx: None, world_size=2, doc="d"))
     aborts = []
     monkeypatch.setattr(runner, "abort", lambda *args: aborts.append(args))
     runner.index = 1

@@ -11,7 +11,8 @@ from accelkit.conformance import loader, reports, terminal
 from accelkit.conformance.api import CheckDef
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
 from accelkit.conformance.pool import SHM_DIR, sweep_shm
-from accelkit.conformance.runner import RunOptions, RunReport
+from accelkit.conformance.model import RunReport
+from accelkit.conformance.options import Options
 from accelkit.core import registry
 
 
@@ -38,7 +39,7 @@ def _def(cid, ws=4, also_at=()):
     return CheckDef(id=cid, fn=lambda ctx: None, world_size=ws, doc="d", also_at=also_at)
 
 
-def test_select_by_area_substring_glob_and_world_size():
+def test_select_by_area_substring_and_glob():
     checks = {c.id: c for c in [_def("mesh.one"), _def("mesh.two", 2), _def("dtensor.one"),
                                 _def("collectives.all_reduce_sum"), _def("mesh.a_last")]}
     ids = lambda sel: [c.id for c in sel]  # noqa: E731
@@ -49,21 +50,59 @@ def test_select_by_area_substring_glob_and_world_size():
     assert ids(loader.select(checks, patterns=["one"])) == ["dtensor.one", "mesh.one"]
     assert ids(loader.select(checks, patterns=["*.one"])) == ["dtensor.one", "mesh.one"]
     assert ids(loader.select(checks, patterns=["all_red*"])) == []  # a glob matches the whole id
-    assert ids(loader.select(checks, world_size=2)) == ["mesh.two"]
 
 
-def test_select_runs_a_check_at_a_world_size_it_is_also_written_for():
-    checks = {c.id: c for c in [_def("a.fixed"), _def("a.scales", also_at=(2, 8)),
-                                _def("a.only8", 8)]}
-    at2 = loader.select(checks, world_size=2)
-    assert [(c.id, c.world_size) for c in at2] == [("a.scales", 2)]
-    at8 = loader.select(checks, world_size=8)
-    assert [(c.id, c.world_size) for c in at8] == [("a.scales", 8), ("a.only8", 8)]
-    # without --world-size every check runs at its own default size
-    assert [(c.id, c.world_size) for c in loader.select(checks)] == [
-        ("a.fixed", 4), ("a.scales", 4), ("a.only8", 8)]
+def _plan(checks, world_sizes=(), expectations=None, **host):
+    from accelkit.conformance.plan import Host, make_plan
+
+    return make_plan(checks, expectations or {}, Host(backend="b", **host), world_sizes)
+
+
+def _expectation(check_id, status="xfail", world_size=None):
+    from accelkit.conformance.expectations import Expectation
+
+    return Expectation(check_id, status, "why", world_size=world_size)
+
+
+def test_plan_runs_each_check_at_every_requested_size_it_is_written_for():
+    checks = [_def("a.fixed"), _def("a.scales", also_at=(2, 8)), _def("a.only8", 8)]
+    keys = lambda plan: [s.key for s in plan.steps]  # noqa: E731
+    assert keys(_plan(checks)) == ["a.fixed@4", "a.scales@4", "a.only8@8"]
+    at2 = _plan(checks, [2])
+    assert keys(at2) == ["a.scales@2"]
+    assert [(c.id, c.world_sizes) for c in at2.left_out] == [("a.fixed", (4,)),
+                                                             ("a.only8", (8,))]
+    assert keys(_plan(checks, [8, 2])) == ["a.scales@2", "a.scales@8", "a.only8@8"]
+    assert at2.steps[0].check.world_sizes == (2, 4, 8)  # run at 2, still written for all
     with pytest.raises(ValueError, match=r"'a.fixed' is written for world sizes \[4\], not 2"):
-        checks["a.fixed"].at(2)
+        checks[0].at(2)
+
+
+def test_plan_decides_what_does_not_run_and_why_in_order():
+    checks = [_def("a.one"), _def("a.two", also_at=(2,)), _def("a.three")]
+    exps = {"a.one": _expectation("a.one", "skip"), "a.two@4": _expectation("a.two", world_size=4),
+            "a.two": _expectation("a.two", "skip")}
+    plan = _plan(checks, expectations=exps, problems={4: "4 devices needed, 2 present"})
+    decided = {s.key: s.decided for s in plan.steps}
+    assert decided["a.one@4"] == (Outcome.SKIP, "expected skip: why")
+    assert decided["a.two@4"] == (Outcome.SKIP, "4 devices needed, 2 present; --world-size 2 "
+                                                "runs it on 2 ranks")
+    assert decided["a.three@4"] == (Outcome.SKIP, "4 devices needed, 2 present")
+    assert plan.steps[1].expectation.key == "a.two@4"  # id@N wins over id
+    unavailable = _plan(checks, unavailable="no driver")
+    assert {s.decided for s in unavailable.steps} == {
+        (Outcome.UNAVAILABLE, "backend 'b' cannot run here: no driver")}
+    missing = _plan(checks, missing=lambda requires: "needs an accelerator")
+    assert {s.decided for s in missing.steps} == {(Outcome.SKIP, "needs an accelerator")}
+    assert {s.decided for s in _plan(checks).steps} == {None}
+
+
+def test_plan_for_a_launch_skips_checks_written_for_another_size():
+    checks = [_def("a.fixed"), _def("a.scales", also_at=(2,))]
+    plan = _plan(checks, launch=2, problems={2: None})
+    assert [(s.key, s.decided and s.decided[0]) for s in plan.steps] == [
+        ("a.scales@2", None), ("a.fixed@4", Outcome.SKIP)]
+    assert plan.steps[1].decided[1].startswith("written for 4 ranks; this launch has 2")
 
 
 def _declare(tmp_path, source: str, name: str = "declared") -> dict:
@@ -136,8 +175,8 @@ def _report(strict=False, **extra):
                     actual=Outcome.PASS),
         CheckResult("b.skip", 2, Outcome.SKIP, "no accelerator"),
     ]
-    return RunReport(spec=registry.get("cpu"), options=RunOptions(strict=strict),
-                     results=results, torch="2.13.0", **extra)
+    return RunReport(spec=registry.get("cpu"), options=Options(strict=strict),
+                     results=results, versions={"torch": "2.13.0"}, **extra)
 
 
 def test_xpass_fails_only_under_strict():
@@ -154,7 +193,7 @@ def test_junit_strict_xpass_is_a_failure():
     root = reports.to_junit(_report(strict=True)).getroot()
     suite = root.find("testsuite[@name='a']")
     assert suite.attrib["failures"] == "1"
-    case = suite.find("testcase[@name='fixed']")
+    case = suite.find("testcase[@name='fixed@4']")
     assert case.find("failure").attrib["type"] == "XPASS"
     loose = reports.to_junit(_report()).getroot().find("testsuite[@name='a']")
     assert loose.attrib["failures"] == "0"
@@ -207,7 +246,8 @@ def test_a_failed_prepare_errors_every_check_once_and_is_not_retried(failure):
         raise failure
 
     spec = replace(registry.get("cpu"), name="prepfail", prepare=prepare)
-    report = Runner(spec, RunOptions()).run([_def("a.one"), _def("a.two"), _def("a.three", 2)])
+    plan = _plan([_def("a.one"), _def("a.two"), _def("a.three", 2)])
+    report = Runner(spec, Options()).run(plan)
     assert [r.outcome for r in report.results] == [Outcome.ERROR] * 3
     for r in report.results:
         assert f"prepare() failed: {type(failure).__name__}: {failure}" in r.reason, r.reason
