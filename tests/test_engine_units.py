@@ -9,10 +9,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from accelkit.conformance import loader, reports, terminal
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
-from accelkit.conformance.pool import SHM_DIR, sweep_shm
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.options import Options
+from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
+from accelkit.conformance.pool import SHM_DIR, sweep_shm
 from accelkit.core import registry
 
 
