@@ -1,4 +1,4 @@
-"""The engine's worker pool: ``world_size`` long-lived rank processes for one backend (issue #3).
+"""The engine's worker pool: ``world_size`` long-lived rank processes for one backend.
 
 Spawning and initialising a process group costs seconds (5-7 s for 4 ranks on gloo here), so a
 pool does it once and then runs checks on command: one pickled message per rank over a
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from accelkit.conformance.outcomes import RankResult
 
-#: Where mockccl's shared-memory segments live (interfaces.md #3).
+#: Where mockccl's shared-memory segments live, and the prefix of their names.
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "accelkit_mockccl_"
 
@@ -99,7 +99,8 @@ class Pool:
             config = {"rank": rank, "world_size": self.world_size, "backend": self.backend,
                       "modules": modules, "builtin": builtin, "pg_timeout_s": pg_timeout_s,
                       "memory_limit_mb": memory_limit_mb}
-            env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
+            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+                       RANK=str(rank), LOCAL_RANK=str(rank),
                        WORLD_SIZE=str(self.world_size), LOCAL_WORLD_SIZE=str(self.world_size),
                        MASTER_ADDR="127.0.0.1")
             log = Path(self._logdir.name) / f"rank{rank}.log"
@@ -123,7 +124,8 @@ class Pool:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PoolStartError(
-                    f"rank {rank} did not finish start-up in time; its log:\n{self._log_tail(rank)}")
+                    f"rank {rank} did not finish start-up in time; its output:\n"
+                    f"{self._log_tail(rank).strip() or '(none)'}")
             if conn.poll(min(left, 0.5)):
                 try:
                     return conn.recv()
@@ -131,25 +133,36 @@ class Pool:
                     self.procs[rank].wait(timeout=5)
                     raise PoolStartError(
                         f"rank {rank} died during start-up "
-                        f"({_exit_text(self.procs[rank].returncode)}); its log:\n"
-                        f"{self._log_tail(rank)}") from None
+                        f"({_exit_text(self.procs[rank].returncode)}); its output:\n"
+                        f"{self._log_tail(rank).strip() or '(none)'}") from None
 
     def _handshake(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         first = self._recv(0, deadline)
         if first["type"] == "failed":
-            raise PoolStartError(f"rank 0: {first['error']}\n{first['traceback']}")
+            raise PoolStartError(self._failed(0, first))
         for conn in self.conns[1:]:
             conn.send({"type": "store", "port": first["port"]})
         errors = []
         for rank in range(self.world_size):
             msg = self._recv(rank, deadline)
             if msg["type"] == "failed":
-                errors.append(f"rank {rank}: {msg['error']}\n{msg['traceback']}")
+                errors.append(self._failed(rank, msg))
             elif rank == 0:
                 self.device = msg["device"]
         if errors:
             raise PoolStartError("\n".join(errors))
+
+    def _failed(self, rank: int, msg: dict) -> str:
+        """A rank's start-up failure: its error, traceback and its log (what the backend's
+        native code printed), once the rank has exited."""
+        try:
+            self.procs[rank].wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        log = self._log_tail(rank).strip()
+        shown = f"\nits output:\n{log}" if log else "\n(it printed nothing)"
+        return f"rank {rank}: {msg['error']}\n{msg['traceback'].rstrip()}{shown}"
 
     # -- running ----------------------------------------------------------------------------
     def _log_size(self, rank: int) -> int:

@@ -67,8 +67,9 @@ def summary(report: RunReport) -> str:
         lines += ["ERROR: no check could run:", textwrap.indent(report.error, "  "), ""]
     if report.unavailable:
         lines += [f"UNAVAILABLE: backend {spec.name!r} cannot run here: {report.unavailable}", ""]
-    lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
-    lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
+    if report.results:
+        lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
+        lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
     if report.pool_starts:
         starts = ", ".join(f"{s['world_size']} ranks {s['seconds']:.1f}s ({s['why']})"
                            for s in report.pool_starts)

@@ -33,6 +33,17 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _flush_native_output() -> None:
+    """Flush C stdio buffers (a native runtime's printf to a log file is block-buffered and
+    would be lost at ``os._exit``) and Python's."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 def _limit_memory(limit_mb: int | None) -> None:
     """Cap this rank's data segment at its current size + ``limit_mb`` (RLIMIT_DATA), so a
     check that allocates more gets MemoryError instead of endangering the host."""
@@ -121,6 +132,7 @@ def serve(conn: Connection, config: dict) -> None:
     try:
         spec, checks, local_rank, device = _start(conn, config)
     except BaseException as exc:  # noqa: BLE001 (reported to the engine, then exit)
+        _flush_native_output()  # what the backend's C++ printed belongs in the log
         conn.send({"type": "failed", "error": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()})
         os._exit(1)
