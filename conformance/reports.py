@@ -73,7 +73,7 @@ def versions_text(report: RunReport) -> str:
     v = report.versions
     dist = v.get("backend_distribution")
     parts = [f"accelkit {v.get('accelkit')}", f"torch {v.get('torch')}", f"python {v.get('python')}"]
-    if dist:
+    if dist and dist["name"] != "accelkit":  # a built-in backend ships with accelkit
         parts.append(f"{dist['name']} {dist['version']}")
     return ", ".join(parts)
 

@@ -21,6 +21,7 @@ from accelkit.conformance.checks._util import (
     ALSO_AT,
     assert_equal,
     assert_on_device,
+    assert_value,
     rank_input,
 )
 
@@ -316,19 +317,23 @@ def object_collectives(ctx):
     mine = {"rank": ctx.rank, "name": f"r{ctx.rank}", "t": torch.full((2,), float(ctx.rank), device=ctx.device)}
     gathered = [None] * ws
     dist.all_gather_object(gathered, mine)
-    assert [g["rank"] for g in gathered] == list(range(ws)), gathered
+    assert [g["rank"] for g in gathered] == list(range(ws)), (
+        f"all_gather_object ranks {[g['rank'] for g in gathered]}, expected {list(range(ws))}")
     for r, g in enumerate(gathered):
         assert_equal(g["t"], torch.full((2,), float(r)), f"all_gather_object tensor from rank {r}")
     box = [{"root": ws - 1}] if ctx.rank == ws - 1 else [None]
     dist.broadcast_object_list(box, src=ws - 1)
-    assert box == [{"root": ws - 1}], f"broadcast_object_list gave {box}"
+    assert box == [{"root": ws - 1}], (
+        f"broadcast_object_list gave {box}, expected {[{'root': ws - 1}]}")
     out = [None] * ws if ctx.rank == 0 else None
     dist.gather_object(("g", ctx.rank), out, dst=0)
     if ctx.rank == 0:
-        assert out == [("g", r) for r in range(ws)], f"gather_object gave {out}"
+        assert out == [("g", r) for r in range(ws)], (
+            f"gather_object gave {out}, expected {[('g', r) for r in range(ws)]}")
     got = [None]
     dist.scatter_object_list(got, [("s", r) for r in range(ws)] if ctx.rank == 1 else None, src=1)
-    assert got == [("s", ctx.rank)], f"scatter_object_list gave {got}"
+    assert got == [("s", ctx.rank)], (
+        f"scatter_object_list gave {got}, expected {[('s', ctx.rank)]}")
 
 
 @check
@@ -344,7 +349,9 @@ def barrier(ctx):
     store.add(key, 1)
     dist.barrier()
     entered = store.add(key, 0)
-    assert entered == ctx.world_size, f"after barrier() only {entered} of {ctx.world_size} ranks had entered it"
+    assert entered == ctx.world_size, (
+        f"after barrier() {entered} of {ctx.world_size} ranks had entered it, expected all "
+        f"{ctx.world_size}")
 
 
 @check
@@ -354,7 +361,8 @@ def async_work(ctx):
     mine, every = _inputs(ctx, torch.float32, seed=70)
     work = dist.all_reduce(mine, async_op=True)
     fut = work.get_future()
-    assert work.wait() is True, "Work.wait() did not return True"
+    waited = work.wait()
+    assert waited is True, f"Work.wait() returned {waited!r}, expected True"
     assert work.is_completed(), "Work.is_completed() is False after wait()"
     assert_equal(mine, torch.stack(every).sum(0), "async all_reduce")
     result = fut.wait()
@@ -403,8 +411,10 @@ def subgroup_half(ctx):
     members = lower if ctx.rank < half else upper
     mine_group = groups[0] if ctx.rank < half else groups[1]
     other = groups[1] if ctx.rank < half else groups[0]
-    assert other == dist.GroupMember.NON_GROUP_MEMBER, "the other half's group is usable here"
-    assert dist.get_process_group_ranks(mine_group) == members
+    assert other == dist.GroupMember.NON_GROUP_MEMBER, (
+        f"the other half's group is {other!r} here, expected GroupMember.NON_GROUP_MEMBER")
+    assert_value(dist.get_process_group_ranks(mine_group), members,
+                 "dist.get_process_group_ranks(mine_group)")
     mine, every = _inputs(ctx, torch.float32, seed=90)
     dist.all_reduce(mine, group=mine_group)
     assert_equal(mine, torch.stack([every[r] for r in members]).sum(0), "all_reduce on half group")

@@ -17,7 +17,7 @@ import tempfile
 import torch
 import torch.distributed as dist
 from accelkit.conformance.api import Defaults, check
-from accelkit.conformance.checks._util import ALSO_AT, assert_equal, expect_raises
+from accelkit.conformance.checks._util import ALSO_AT, assert_equal, assert_value, expect_raises
 from torch.distributed.device_mesh import DeviceMesh, _mesh_resources
 
 CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
@@ -56,11 +56,11 @@ def mesh_1d(ctx):
     """init_device_mesh(device, (world,)) gives a 1-D mesh over every rank on the backend's
     device type whose group is the whole world on the backend's library (PR 102336)."""
     mesh = ctx.mesh((ctx.world_size,))
-    assert mesh.device_type == ctx.device_type, f"mesh.device_type {mesh.device_type!r}"
-    assert mesh.ndim == 1 and mesh.shape == (ctx.world_size,), f"mesh shape {mesh.shape}"
-    assert mesh.mesh.tolist() == list(range(ctx.world_size)), f"mesh.mesh {mesh.mesh.tolist()}"
-    assert mesh.size() == ctx.world_size
-    assert mesh.get_rank() == ctx.rank
+    assert_value(mesh.device_type, ctx.device_type, "mesh.device_type")
+    assert_value(mesh.shape, (ctx.world_size,), "mesh.shape")
+    assert_value(mesh.mesh.tolist(), list(range(ctx.world_size)), "mesh.mesh")
+    assert_value(mesh.size(), ctx.world_size, "mesh.size()")
+    assert_value(mesh.get_rank(), ctx.rank, "mesh.get_rank()")
     _assert_group(ctx, mesh.get_group(), list(range(ctx.world_size)), "1-D mesh group")
 
 
@@ -71,12 +71,13 @@ def mesh_2d_names(ctx):
     and by name (torch.distributed.device_mesh.init_device_mesh, PR 102336)."""
     shape = (2, ctx.world_size // 2)
     mesh = ctx.mesh(shape, ("dp", "tp"))
-    assert mesh.mesh_dim_names == ("dp", "tp"), f"mesh_dim_names {mesh.mesh_dim_names}"
-    assert mesh.shape == shape and mesh.ndim == 2, f"mesh shape {mesh.shape}"
-    assert mesh.mesh.tolist() == torch.arange(ctx.world_size).reshape(shape).tolist()
-    assert [mesh.size(d) for d in range(2)] == list(shape)
+    assert_value(mesh.mesh_dim_names, ("dp", "tp"), "mesh_dim_names")
+    assert_value(mesh.shape, shape, "mesh.shape")
+    assert_value(mesh.mesh.tolist(), torch.arange(ctx.world_size).reshape(shape).tolist(),
+                 "mesh.mesh.tolist()")
+    assert_value([mesh.size(d) for d in range(2)], list(shape), "[mesh.size(d) for d in range(2)]")
     groups = mesh.get_all_groups()
-    assert len(groups) == 2, f"get_all_groups() returned {len(groups)} groups"
+    assert_value(len(groups), 2, "the number of groups get_all_groups() returned")
     for dim, name in enumerate(("dp", "tp")):
         expected = _expected_group(shape, ctx.rank, dim)
         _assert_group(ctx, mesh.get_group(dim), expected, f"2-D mesh dim {dim}")
@@ -91,20 +92,22 @@ def mesh_3d(ctx):
     "dp_cp" give the ranks of torch's documented example (torch.distributed.device_mesh)."""
     shape, names = (2, 2, 2), ("dp", "cp", "tp")
     mesh = ctx.mesh(shape, names)
-    assert mesh.get_coordinate() == _expected_coordinate(shape, ctx.rank)
+    assert_value(mesh.get_coordinate(), _expected_coordinate(shape, ctx.rank),
+                 "mesh.get_coordinate()")
     for dim, name in enumerate(names):
         expected = _expected_group(shape, ctx.rank, dim)
         _assert_group(ctx, mesh[name].get_group(), expected, f"3-D mesh[{name!r}]")
-        assert mesh.get_local_rank(name) == expected.index(ctx.rank)
+        assert_value(mesh.get_local_rank(name), expected.index(ctx.rank),
+                     "mesh.get_local_rank(name)")
     dp_tp = mesh["dp", "tp"]
     cp = _expected_coordinate(shape, ctx.rank)[1]
     expected = torch.arange(8).reshape(shape)[:, cp, :]
     assert dp_tp.mesh.tolist() == expected.tolist(), f'mesh["dp","tp"] {dp_tp.mesh.tolist()}'
-    assert dp_tp.mesh_dim_names == ("dp", "tp")
+    assert_value(dp_tp.mesh_dim_names, ("dp", "tp"), "dp_tp.mesh_dim_names")
     flat = mesh["dp", "cp"]._flatten()
     tp = _expected_coordinate(shape, ctx.rank)[2]
     expected_flat = [r for r in range(8) if r % 2 == tp]  # docstring: [0, 2, 4, 6] / [1, 3, 5, 7]
-    assert flat.mesh_dim_names == ("dp_cp",), f"flattened names {flat.mesh_dim_names}"
+    assert_value(flat.mesh_dim_names, ("dp_cp",), "the flattened mesh's dim names")
     _assert_group(ctx, flat.get_group(), expected_flat, 'mesh["dp","cp"]._flatten()')
     assert mesh["dp", "cp"]._flatten() is flat, "flattening again built a new mesh"
 
@@ -121,7 +124,7 @@ def slice_by_name(ctx):
         expected = _expected_group(shape, ctx.rank, dim)
         assert sub.ndim == 1 and sub.mesh_dim_names == (name,)
         assert sub.mesh.tolist() == expected, f"mesh[{name!r}].mesh {sub.mesh.tolist()}"
-        assert sub.device_type == ctx.device_type
+        assert_value(sub.device_type, ctx.device_type, "sub.device_type")
         assert sub.get_group() is mesh.get_group(name), f"mesh[{name!r}] has a new group"
         _assert_group(ctx, sub.get_group(), expected, f"mesh[{name!r}]")
     both = mesh["dp", "tp"]
@@ -138,11 +141,12 @@ def coordinate_local_rank(ctx):
     shape = (2, ctx.world_size // 2)
     mesh = ctx.mesh(shape, ("dp", "tp"))
     coord = _expected_coordinate(shape, ctx.rank)
-    assert mesh.get_coordinate() == coord, f"get_coordinate() {mesh.get_coordinate()} != {coord}"
+    assert_value(mesh.get_coordinate(), coord, "get_coordinate()")
     for dim, name in enumerate(("dp", "tp")):
-        assert mesh.get_local_rank(dim) == coord[dim], f"get_local_rank({dim})"
-        assert mesh.get_local_rank(name) == coord[dim], f"get_local_rank({name!r})"
-    assert ctx.mesh((ctx.world_size,)).get_local_rank() == ctx.rank
+        assert_value(mesh.get_local_rank(dim), coord[dim], f"get_local_rank({dim})")
+        assert_value(mesh.get_local_rank(name), coord[dim], f"get_local_rank({name!r})")
+    assert_value(ctx.mesh((ctx.world_size,)).get_local_rank(), ctx.rank,
+                 "ctx.mesh((ctx.world_size,)).get_local_rank()")
 
 
 @check
@@ -154,12 +158,12 @@ def flatten(ctx):
         ctx.skip(f"torch {torch.__version__} has no DeviceMesh._flatten")
     mesh = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
     flat = mesh["dp", "tp"]._flatten()
-    assert flat.mesh_dim_names == ("dp_tp",), f"flattened names {flat.mesh_dim_names}"
-    assert flat.mesh.tolist() == list(range(ctx.world_size)), f"flattened mesh {flat.mesh.tolist()}"
+    assert_value(flat.mesh_dim_names, ("dp_tp",), "the flattened mesh's dim names")
+    assert_value(flat.mesh.tolist(), list(range(ctx.world_size)), "the flattened mesh")
     _assert_group(ctx, flat.get_group(), list(range(ctx.world_size)), "flattened dp_tp")
     assert mesh["dp", "tp"]._flatten() is flat, "flattening again built a new mesh"
     named = mesh["dp", "tp"]._flatten("world")
-    assert named.mesh_dim_names == ("world",)
+    assert_value(named.mesh_dim_names, ("world",), "named.mesh_dim_names")
 
 
 @check
@@ -176,7 +180,7 @@ def context_manager(ctx):
         with inner:
             assert _mesh_resources.get_current_mesh() is inner
         assert _mesh_resources.get_current_mesh() is outer, "leaving the inner mesh lost the outer"
-    assert len(_mesh_resources.mesh_stack) == depth
+    assert_value(len(_mesh_resources.mesh_stack), depth, "len(_mesh_resources.mesh_stack)")
     if depth == 0:
         with expect_raises(RuntimeError, "No device mesh is currently active",
                            what="get_current_mesh() after leaving every `with mesh:`"):
@@ -260,9 +264,9 @@ def device_selection(ctx):
             assert got["current_device"] == expected, (
                 f"{what}: current_device() is {got['current_device']} after init_device_mesh, "
                 f"expected {expected} ({got['device_count']} devices)")
-            assert got["backend"] == ctx.spec.collective_backend, f"{what}: {got}"
+            assert_value(got["backend"], ctx.spec.collective_backend, f"{what}: the backend")
             world = 1 if what == "user-set device" else 2
-            assert got["all_reduce"] == [float(world)] * 2, f"{what}: all_reduce gave {got}"
+            assert_value(got["all_reduce"], [float(world)] * 2, f"{what}: all_reduce of ones")
 
 
 _EAGER_INIT_PROBE = r"""
@@ -311,7 +315,8 @@ def eager_init_split(ctx):
         procs = [_launch(ctx, _EAGER_INIT_PROBE, [str(r), "2", init_file]) for r in range(2)]
         for r, proc in enumerate(procs):
             got = _probe_result(proc, f"eager-init rank {r}")
-            assert got == {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1}, f"rank {r}: {got}"
+            assert_value(got, {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1},
+                         f"rank {r}'s results")
 
 
 @check
@@ -346,7 +351,7 @@ def from_group(ctx):
     mesh2 = DeviceMesh.from_group([dp_groups[col], tp_groups[row]], ctx.device_type,
                                   mesh=layout, mesh_dim_names=("dp", "tp"))
     assert mesh2.get_group("dp") is dp_groups[col] and mesh2.get_group("tp") is tp_groups[row]
-    assert mesh2.get_coordinate() == (row, col), f"get_coordinate() {mesh2.get_coordinate()}"
+    assert_value(mesh2.get_coordinate(), (row, col), "get_coordinate()")
     _assert_group(ctx, mesh2["tp"].get_group(), layout[row].tolist(), "from_group 2-D tp")
 
 
@@ -375,7 +380,7 @@ def dim_group_dispatch(ctx):
     for device in (ctx.device, torch.device("cpu")):
         t = torch.tensor([float(ctx.rank)], device=device)
         dist.all_reduce(t, group=group)
-        assert t.device == device
+        assert_value(t.device, device, "t.device")
         assert_equal(t, torch.tensor([float(sum(members))]), f"all_reduce of a {device} tensor on mesh['tp']")
     cpu_backend = group._get_backend(torch.device("cpu")).name()
     assert cpu_backend == "gloo", f"the group's cpu backend is {cpu_backend!r}, expected 'gloo'"

@@ -23,6 +23,7 @@ from accelkit.conformance.checks._util import (
     assert_close,
     assert_equal,
     assert_on_device,
+    assert_value,
     expect_raises,
     host_tensor,
 )
@@ -65,8 +66,8 @@ def expected_local(full: torch.Tensor, mesh: DeviceMesh, placements) -> torch.Te
 def _check_distributed(ctx, full, mesh, placements, what):
     dt = distribute_tensor(full.to(ctx.device, copy=True), mesh, placements)
     assert isinstance(dt, DTensor), f"{what}: distribute_tensor returned {type(dt).__name__}"
-    assert tuple(dt.placements) == tuple(placements), f"{what}: placements {dt.placements}"
-    assert dt.shape == full.shape, f"{what}: global shape {tuple(dt.shape)}"
+    assert_value(tuple(dt.placements), tuple(placements), f"{what}: placements")
+    assert_value(tuple(dt.shape), tuple(full.shape), f"{what}: global shape")
     local = dt.to_local()
     assert_on_device(ctx, local, f"{what}: local tensor")
     assert_equal(local, expected_local(full, mesh, placements), f"{what}: local shard")
@@ -121,12 +122,12 @@ def from_local_to_local(ctx):
     uneven = _ints((7, 3), 4)
     piece = expected_local(uneven, mesh, [Shard(0)]).to(ctx.device, copy=True)
     dt = DTensor.from_local(piece, mesh, [Shard(0)], shape=uneven.shape, stride=uneven.stride())
-    assert dt.shape == uneven.shape
+    assert_value(dt.shape, uneven.shape, "dt.shape")
     assert_equal(dt.full_tensor(), uneven, "full_tensor() of an uneven from_local")
     transposed = _ints((3, 4), 5).to(ctx.device, copy=True).t()
     dt = DTensor.from_local(transposed, mesh, [Replicate()])
-    assert dt.stride() == transposed.stride(), f"stride {dt.stride()} != {transposed.stride()}"
-    assert dt.to_local().stride() == transposed.stride()
+    assert_value(dt.stride(), transposed.stride(), "stride")
+    assert_value(dt.to_local().stride(), transposed.stride(), "dt.to_local().stride()")
 
 
 _TRANSITIONS_1D = (
@@ -153,7 +154,7 @@ def _check_transitions(ctx, mesh, transitions, shapes):
             dt = distribute_tensor(full.to(ctx.device, copy=True), mesh, src)
             out = dt.redistribute(mesh, dst)
             what = f"{shape} {src} -> {dst}"
-            assert tuple(out.placements) == tuple(dst), f"{what}: placements {out.placements}"
+            assert_value(tuple(out.placements), tuple(dst), f"{what}: placements")
             assert_on_device(ctx, out.to_local(), what)
             assert_equal(out.to_local(), expected_local(full, mesh, dst), f"{what}: local shard")
             assert_equal(out.full_tensor(), full, f"{what}: full_tensor()")
@@ -220,7 +221,7 @@ def elementwise(ctx):
         assert isinstance(got, DTensor), f"{what} is a {type(got).__name__}"
         assert_on_device(ctx, got.to_local(), what)
         assert_equal(got.full_tensor(), expected, what)
-    assert da.add(db).placements == (Shard(0),)
+    assert_value(da.add(db).placements, (Shard(0),), "da.add(db).placements")
     da.add_(db)
     assert_equal(da.full_tensor(), a + b, "in-place add_")
 
@@ -250,11 +251,11 @@ def matmul(ctx):
             got = op(d(a, pa), d(b, pb))
             what = f"{op.__name__}({pa}, {pb})"
             if out_placement is not None:
-                assert got.placements == (out_placement,), f"{what}: placements {got.placements}"
+                assert_value(got.placements, (out_placement,), f"{what}: placements")
             assert_equal(got.full_tensor(), a @ b, what)
     x, y = _ints((4, 6, 5), 32), _ints((4, 5, 3), 33)
     got = torch.bmm(d(x, Shard(0)), d(y, Shard(0)))
-    assert got.placements == (Shard(0),), f"bmm(S(0), S(0)) placements {got.placements}"
+    assert_value(got.placements, (Shard(0),), "bmm(S(0), S(0)) placements")
     assert_equal(got.full_tensor(), torch.bmm(x, y), "bmm(S(0), S(0))")
     got = torch.matmul(d(x, Shard(1)), d(_ints((5, 4), 34), Replicate()))
     assert_equal(got.full_tensor(), torch.matmul(x, _ints((5, 4), 34)), "matmul(3-D S(1), 2-D R)")
@@ -304,7 +305,7 @@ def view_ops(ctx):
                                            full.view(8, 2, 3).permute(2, 0, 1), Shard(1)),
     }
     for what, (got, expected, placement) in cases.items():
-        assert got.placements == (placement,), f"{what}: placements {got.placements}"
+        assert_value(got.placements, (placement,), f"{what}: placements")
         assert_equal(got.full_tensor(), expected, what)
 
 
@@ -316,7 +317,7 @@ def softmax(ctx):
     full = host_tensor((8, 6), 60)
     dt = distribute_tensor(full.to(ctx.device, copy=True), mesh, [Shard(0)])
     got = torch.softmax(dt, dim=1)
-    assert got.placements == (Shard(0),), f"softmax(dim=1) placements {got.placements}"
+    assert_value(got.placements, (Shard(0),), "softmax(dim=1) placements")
     assert_close(got.full_tensor(), torch.softmax(full, 1), "softmax(dim=1)", atol=1e-6)
     assert_close(torch.log_softmax(dt, 1).full_tensor(), torch.log_softmax(full, 1), "log_softmax",
                  atol=1e-6)
@@ -335,7 +336,7 @@ def layer_norm(ctx):
     dw = distribute_tensor(w.to(ctx.device, copy=True), mesh, [Replicate()]).requires_grad_()
     db = distribute_tensor(b.to(ctx.device, copy=True), mesh, [Replicate()])
     out = F.layer_norm(dx, (16,), dw, db)
-    assert out.placements == (Shard(0),), f"layer_norm placements {out.placements}"
+    assert_value(out.placements, (Shard(0),), "layer_norm placements")
     ref_w = w.clone().requires_grad_()
     ref = F.layer_norm(x, (16,), ref_w, b)
     assert_close(out.full_tensor(), ref, "layer_norm", atol=1e-5)
@@ -370,8 +371,8 @@ def autograd(ctx):
     dw = distribute_tensor(w.to(ctx.device, copy=True), mesh, [Replicate()]).requires_grad_()
     dg = distribute_tensor(g.to(ctx.device, copy=True), mesh, [Shard(0)])
     (dx @ dw).backward(dg)
-    assert dx.grad.placements == (Shard(0),), f"x.grad placements {dx.grad.placements}"
-    assert dw.grad.placements == (Partial("sum"),), f"w.grad placements {dw.grad.placements}"
+    assert_value(dx.grad.placements, (Shard(0),), "x.grad placements")
+    assert_value(dw.grad.placements, (Partial("sum"),), "w.grad placements")
     assert_equal(dx.grad.full_tensor(), g @ w.t(), "x.grad")
     assert_equal(dw.grad.full_tensor(), x.t() @ g, "w.grad")
     dx.grad = dw.grad = None
@@ -385,7 +386,7 @@ def autograd(ctx):
 def _check_factory(ctx, mesh, name, dt, expected, placement, size):
     what = f"{name}({placement})"
     assert dt.shape == size and dt.dtype == torch.float32, f"{what}: {tuple(dt.shape)} {dt.dtype}"
-    assert dt.placements == (placement,), f"{what}: placements {dt.placements}"
+    assert_value(dt.placements, (placement,), f"{what}: placements")
     local = dt.to_local()
     assert_on_device(ctx, local, what)
     assert local.shape == expected_local(torch.empty(size), mesh, [placement]).shape, (
@@ -405,7 +406,7 @@ def redistribute_autograd(ctx):
         x = distribute_tensor(full.to(ctx.device, copy=True), mesh, [Shard(0)]).requires_grad_()
         y = x.redistribute(mesh, dst)
         (y * distribute_tensor(g.to(ctx.device, copy=True), mesh, dst)).sum().backward()
-        assert x.grad.placements == (Shard(0),), f"S(0)->{dst}: grad placements {x.grad.placements}"
+        assert_value(x.grad.placements, (Shard(0),), f"S(0)->{dst}: grad placements")
         assert_equal(x.grad.full_tensor(), g, f"S(0)->{dst}: gradient")
     local = torch.chunk(full, ctx.world_size)[ctx.rank].to(ctx.device, copy=True).requires_grad_()
     dt = DTensor.from_local(local, mesh, [Shard(0)])
@@ -596,12 +597,12 @@ def submesh_non_members(ctx):
     dt = distribute_tensor(full.to(ctx.device, copy=True), sub, [Shard(0)])
     local = dt.to_local()
     if ctx.rank < half:
-        assert sub.get_coordinate() == (ctx.rank,)
+        assert_value(sub.get_coordinate(), (ctx.rank,), "sub.get_coordinate()")
         assert_equal(local, torch.chunk(full, half)[ctx.rank], "member's shard")
         assert_equal(dt.full_tensor(), full, "member's full_tensor()")
     else:
         assert sub.get_coordinate() is None, f"non-member coordinate {sub.get_coordinate()}"
-        assert local.numel() == 0, f"non-member local tensor has shape {tuple(local.shape)}"
+        assert_value(tuple(local.shape), (0,), "a non-member's local tensor shape")
         assert dt.shape == full.shape, "non-member DTensor lost the global shape"
 
 
@@ -623,7 +624,7 @@ def meta_to_empty(ctx):
     module.to_empty(device=ctx.device)
     local = module.weight.to_local()
     assert_on_device(ctx, local, "materialised weight shard")
-    assert tuple(local.shape) == (8 // ctx.world_size, 6), f"shard shape {tuple(local.shape)}"
+    assert_value(tuple(local.shape), (8 // ctx.world_size, 6), "shard shape")
     weight = _ints((8, 6), 150)
     with torch.no_grad():
         module.weight.copy_(distribute_tensor(weight.to(ctx.device, copy=True), mesh, [Shard(0)]))

@@ -15,7 +15,12 @@ import sys
 import torch
 import torch.distributed as dist
 from accelkit.conformance.api import Defaults, check
-from accelkit.conformance.checks._util import ALSO_AT, all_ranks_object, assert_equal
+from accelkit.conformance.checks._util import (
+    ALSO_AT,
+    all_ranks_object,
+    assert_equal,
+    assert_value,
+)
 
 CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
@@ -113,12 +118,14 @@ def accelerator_api(ctx):
     other = (ctx.device.index + 1) % acc.device_count()
     acc.set_device_index(other)
     try:
-        assert _handle(ctx).current_device() == other, "set_device_index did not reach the device handle"
+        assert_value(_handle(ctx).current_device(), other,
+                     f"torch.{ctx.device_type}.current_device() after set_device_index({other})")
     finally:
         acc.set_device_index(ctx.device.index)
     torch.ones(4, device=ctx.device).add_(1)
     acc.synchronize()
-    assert torch._C._get_accelerator().type == ctx.device_type
+    assert_value(torch._C._get_accelerator().type, ctx.device_type,
+                 "torch._C._get_accelerator().type")
 
 
 @check(requires=("accelerator",))
@@ -129,7 +136,7 @@ def manual_seed_reaches_device(ctx):
     torch.<device>)."""
     handle = _handle(ctx)
     torch.manual_seed(2024)
-    assert handle.initial_seed() == 2024, f"torch.{ctx.device_type}.initial_seed() is {handle.initial_seed()}"
+    assert_value(handle.initial_seed(), 2024, f"torch.{ctx.device_type}.initial_seed()")
     first = torch.rand(16, device=ctx.device).cpu()
     torch.manual_seed(2024)
     assert_equal(torch.rand(16, device=ctx.device), first, "device draw after reseeding")

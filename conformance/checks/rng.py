@@ -78,8 +78,12 @@ def supported(ctx):
     backend declares an RNG class other than "unsupported", and the tracker builds on the
     rank's device (PR 103235, PR 102468)."""
     mesh = ctx.mesh((ctx.world_size,))
-    assert _random.is_rng_supported_mesh(mesh), f"is_rng_supported_mesh is False on {ctx.device_type}"
-    assert ctx.spec.capabilities.rng in ("offset-exact", "offset-consistent"), ctx.spec.capabilities.rng
+    assert _random.is_rng_supported_mesh(mesh), (
+        f"is_rng_supported_mesh is False on {ctx.device_type}, expected True (the handle needs "
+        "set_rng_state)")
+    declared = ctx.spec.capabilities.rng
+    assert declared in ("offset-exact", "offset-consistent"), (
+        f"backend declares rng={declared!r}, expected 'offset-exact' or 'offset-consistent'")
     tracker = _fresh(ctx, mesh)
     expected = torch.device(ctx.device_type, ctx.rank % _handle(ctx).device_count())
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
@@ -94,15 +98,27 @@ def state_layout(ctx):
     handle = _handle(ctx)
     torch.manual_seed(4321)
     seed, offset = _device_seed_offset(ctx)
-    assert (seed, offset) == (4321, 0), f"after torch.manual_seed(4321): seed {seed}, offset {offset}"
+    assert (seed, offset) == (4321, 0), (
+        f"after torch.manual_seed(4321): (seed, offset) ({seed}, {offset}), expected (4321, 0)")
     saved = handle.get_rng_state(ctx.device)
     first = torch.rand(64, device=ctx.device)
     seed2, offset2 = _device_seed_offset(ctx)
-    assert seed2 == 4321 and offset2 > offset, f"after torch.rand(64): seed {seed2}, offset {offset2}"
+    if ctx.spec.capabilities.rng == "offset-exact":  # 64 elements take offsets 0..63
+        assert (seed2, offset2) == (4321, 64), (
+            f"after torch.rand(64): (seed, offset) ({seed2}, {offset2}), expected (4321, 64): an "
+            "offset-exact generator advances by ceil4(numel)")
+    assert seed2 == 4321 and offset2 > offset, (
+        f"after torch.rand(64): (seed, offset) ({seed2}, {offset2}), expected seed 4321 and an "
+        f"offset above {offset} (the op must advance the device generator)")
     for form in (ctx.device.index, str(ctx.device), ctx.device):
-        assert torch.equal(handle.get_rng_state(form), handle.get_rng_state(ctx.device)), form
+        got, want = handle.get_rng_state(form), handle.get_rng_state(ctx.device)
+        assert torch.equal(got, want), (
+            f"get_rng_state({form!r}) is {_seed_offset(got)}, expected get_rng_state"
+            f"({ctx.device}) = {_seed_offset(want)}")
     handle.set_rng_state(saved, ctx.device)
-    assert _device_seed_offset(ctx) == (4321, 0), "set_rng_state did not restore the state"
+    restored = _device_seed_offset(ctx)
+    assert restored == (4321, 0), (
+        f"after set_rng_state(saved): (seed, offset) {restored}, expected (4321, 0)")
     assert_equal(torch.rand(64, device=ctx.device), first, "draw after restoring the state")
 
 
@@ -115,12 +131,14 @@ def manual_seed_sync(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     _random.manual_seed(777, mesh)
     states = all_ranks_object(_device_seed_offset(ctx))
-    assert all(s == (777, 0) for s in states), f"(seed, offset) per rank after manual_seed: {states}"
+    assert all(s == (777, 0) for s in states), (
+        f"(seed, offset) per rank after manual_seed(777, mesh): {states}, expected (777, 0) on each")
     half = ctx.world_size // 2
     sub = DeviceMesh(ctx.device_type, list(range(half)))
     if ctx.rank < half:
         _random.manual_seed(778, sub)
-        assert _device_seed_offset(ctx)[0] == 778
+        got = _device_seed_offset(ctx)
+        assert got[0] == 778, f"after manual_seed(778, sub-mesh): (seed, offset) {got}, expected seed 778"
     else:
         with expect_raises(RuntimeError, "part of the device mesh",
                            what="manual_seed on a sub-mesh, on a non-member rank"):
@@ -136,7 +154,8 @@ def tracker_type(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     _rand(mesh, (8, 4), [Shard(0)], ctx.device)
     tracker = _random._rng_tracker
-    assert isinstance(tracker, _random.OffsetBasedRNGTracker), f"tracker is {type(tracker).__name__}"
+    assert isinstance(tracker, _random.OffsetBasedRNGTracker), (
+        f"tracker is {type(tracker).__name__}, expected OffsetBasedRNGTracker")
     expected = torch.device(ctx.device_type, ctx.rank % _handle(ctx).device_count())
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
 
@@ -161,7 +180,8 @@ def offset_advance(ctx):
 def _assert_pairwise_distinct(pieces, what):
     for i in range(len(pieces)):
         for j in range(i + 1, len(pieces)):
-            assert not torch.equal(pieces[i], pieces[j]), f"{what}: shards {i} and {j} are equal"
+            assert not torch.equal(pieces[i], pieces[j]), (
+                f"{what}: shards {i} and {j} are equal, expected different random values")
 
 
 @check
@@ -210,7 +230,8 @@ def determinism(ctx):
         _fresh(ctx, mesh, seed)
         runs.append(_rand(mesh, (8, 6), [Shard(0)], ctx.device).to_local().cpu())
     assert_equal(runs[1], runs[0], "second run with the same seed")
-    assert not torch.equal(runs[2], runs[0]), "a different seed gave the same values"
+    assert not torch.equal(runs[2], runs[0]), (
+        "seed 12 gave the values of seed 11, expected different values")
 
 
 @check(requires=TRACKER + ("offset-exact",))
@@ -236,7 +257,9 @@ def dropout(ctx):
     _fresh(ctx, mesh)
     ones = torch.ones(8, 16, device=ctx.device)
     rep = F.dropout(distribute_tensor(ones, mesh, [Replicate()]), p=0.5, training=True).to_local().cpu()
-    assert set(rep.unique().tolist()) <= {0.0, 2.0}, f"dropout values {rep.unique().tolist()}"
+    values = rep.unique().tolist()
+    assert set(values) <= {0.0, 2.0}, (
+        f"dropout(p=0.5) of ones gave values {values}, expected only 0 and 2 (kept / (1 - p))")
     for r, piece in enumerate(all_ranks_object(rep)):
         assert_equal(piece, rep, f"Replicate dropout mask on rank {r}")
     shard = F.dropout(distribute_tensor(ones, mesh, [Shard(0)]), p=0.5, training=True)
@@ -261,8 +284,13 @@ def user_generator(ctx):
     gen.manual_seed(42)
     first = draw()
     seed, offset = _seed_offset(gen.get_state())
-    assert (seed, offset) == (42, _ceil4(48)), f"user generator (seed, offset) {(seed, offset)}"
-    assert _device_seed_offset(ctx) == default_before, "the default generator moved"
+    assert (seed, offset) == (42, _ceil4(48)), (
+        f"user generator (seed, offset) {(seed, offset)} after an (8, 6) op, expected "
+        f"(42, {_ceil4(48)})")
+    default_after = _device_seed_offset(ctx)
+    assert default_after == default_before, (
+        f"the default generator moved from {default_before} to {default_after}, expected it "
+        "untouched (the op was given generator=)")
     gen.manual_seed(42)
     assert_equal(draw(), first, "reseeded user generator")
     _fresh(ctx, mesh, 42)
@@ -280,7 +308,10 @@ def fork_rng(ctx):
     before = _handle(ctx).get_rng_state(ctx.device).clone()
     with torch.random.fork_rng(devices=[ctx.device], device_type=ctx.device_type):
         inside = torch.rand(32, device=ctx.device)
-    assert torch.equal(_handle(ctx).get_rng_state(ctx.device), before), "fork_rng did not restore the state"
+    after = _handle(ctx).get_rng_state(ctx.device)
+    assert torch.equal(after, before), (
+        f"after fork_rng: (seed, offset) {_seed_offset(after)}, expected {_seed_offset(before)} "
+        "(the state before the block)")
     assert_equal(torch.rand(32, device=ctx.device), inside, "draw after fork_rng")
 
 
@@ -294,7 +325,8 @@ def run_state_sync(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     _random._rng_tracker = _random.OffsetBasedRNGTracker(mesh, run_state_sync=True)
     states = all_ranks_object(_device_seed_offset(ctx))
-    assert all(s == rank0 for s in states), f"states after run_state_sync {states}, rank 0 had {rank0}"
+    assert all(s == rank0 for s in states), (
+        f"(seed, offset) per rank after run_state_sync: {states}, expected rank 0's {rank0} on each")
 
 
 @check
@@ -344,9 +376,13 @@ def submesh(ctx):
     after = _device_seed_offset(ctx)
     pieces = all_ranks_object(dt.to_local().cpu())
     if ctx.rank < half:
-        assert after == (before[0], before[1] + _ceil4(32)), f"member state {before} -> {after}"
+        assert after == (before[0], before[1] + _ceil4(32)), (
+            f"member (seed, offset) {before} -> {after}, expected "
+            f"{(before[0], before[1] + _ceil4(32))}")
         _assert_pairwise_distinct(pieces[:half], "sub-mesh shards")
     else:
-        assert after == before, f"non-member state changed {before} -> {after}"
-        assert dt.to_local().numel() == 0
+        assert after == before, (
+            f"non-member (seed, offset) {before} -> {after}, expected it unchanged")
+        assert dt.to_local().numel() == 0, (
+            f"non-member local shard has {dt.to_local().numel()} elements, expected 0")
     dist.barrier()

@@ -22,6 +22,7 @@ from accelkit.conformance.checks._util import (
     all_ranks_object,
     assert_close,
     assert_equal,
+    assert_value,
     expect_raises,
     host_tensor,
 )
@@ -155,7 +156,7 @@ def sequence_parallel(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     ref, norm = _pair(ctx, lambda: nn.LayerNorm(DIM), 7)
     parallelize_module(norm, mesh, SequenceParallel())
-    assert norm.weight.placements == (Replicate(),)
+    assert_value(norm.weight.placements, (Replicate(),), "norm.weight.placements")
     x = host_tensor((2, 2 * ctx.world_size, DIM), 8)
     out = norm(x.chunk(ctx.world_size, 1)[ctx.rank].to(ctx.device, copy=True))
     assert isinstance(out, DTensor) and out.placements == (Shard(1),), f"output {type(out).__name__}"
@@ -222,9 +223,11 @@ def dict_plan_wildcards(ctx):
             "head": ColwiseParallel(output_layouts=Replicate())}
     parallelize_module(model, mesh, plan)
     for i in range(2):
-        assert model.layers[i].up.weight.placements == (Shard(0),), f"layers.{i}.up"
-        assert model.layers[i].down.weight.placements == (Shard(1),), f"layers.{i}.down"
-    assert model.head.weight.placements == (Shard(0),)
+        assert_value(model.layers[i].up.weight.placements, (Shard(0),),
+                     f"layers.{i}.up.weight placements")
+        assert_value(model.layers[i].down.weight.placements, (Shard(1),),
+                     f"layers.{i}.down.weight placements")
+    assert_value(model.head.weight.placements, (Shard(0),), "model.head.weight.placements")
     x = host_tensor((3, DIM), 11)
     out, expected = model(x.to(ctx.device, copy=True)), ref(x)
     assert_close(out, expected, "dict-plan model forward")
@@ -308,11 +311,11 @@ def feedforward_in_init(ctx):
     for name, placement in (("w1", Shard(0)), ("w2", Shard(1)), ("w3", Shard(0))):
         weight = getattr(model, name).weight
         assert isinstance(weight, DTensor) and weight.placements == (placement,), f"{name}.weight"
-        assert weight.device_mesh == mesh, f"{name}.weight on {weight.device_mesh}"
+        assert_value(weight.device_mesh, mesh, f"{name}.weight's mesh")
     x = host_tensor((4, DIM), 15)
     out = model(x.to(ctx.device, copy=True))
     expected = ref(x)
-    assert out.placements == (Replicate(),)
+    assert_value(out.placements, (Replicate(),), "out.placements")
     assert_close(out.to_local(), expected, "FeedForward forward")
     out.to_local().sum().backward()
     expected.sum().backward()
@@ -383,7 +386,7 @@ def nd_ambient_mesh(ctx):
     assert errors[0] == errors[1] and "device_mesh.ndim" in errors[0], errors
     with mesh["tp"]:
         lin = parallelize_module(nn.Linear(DIM, DIM).to(ctx.device), parallelize_plan=ColwiseParallel())
-    assert lin.weight.device_mesh == mesh["tp"], f"weight on {lin.weight.device_mesh}"
+    assert_value(lin.weight.device_mesh, mesh["tp"], "the weight's mesh")
 
 
 class Block(nn.Module):
