@@ -498,3 +498,46 @@ def _restore(fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     except Exception:
         pass
+
+
+def check_random_op(device_type: str, *, offset_exact: bool) -> list[Finding]:
+    """Probe that a plain random op on the device (``torch.rand(64)`` on the current device)
+    draws from the device's default generator and advances its offset: by exactly
+    ``ceil4(64) = 64`` when the backend declares ``offset-exact``, by something otherwise. A
+    kernel that draws from the CPU generator, or saves and restores the state around the op,
+    is caught here. The state is restored afterwards. Findings (none when it holds); run it
+    after :func:`check_device_handle` found the state layout sound."""
+    import torch
+
+    handle = getattr(torch, device_type)
+    device = torch.device(device_type, handle.current_device())
+    shown = f"torch.rand(64, device='{device}')"
+    breaks = (f"{_TRACKER}: it runs each random DTensor op at a per-shard offset and moves the "
+              "offset past it; an op that does not consume offsets repeats its numbers across "
+              "ops and ranks")
+    before = handle.get_rng_state(device)
+    try:
+        torch.rand(64, device=device)
+        after = handle.get_rng_state(device)
+    except Exception as exc:
+        return [Finding("error", "<random op>", f"{shown} raised {type(exc).__name__}: {exc}",
+                        breaks, "register random kernels for the device (accelkit's "
+                        "<accelkit/random.h> has them)")]
+    finally:
+        _restore(handle.set_rng_state, before, device)
+    (seed, offset), (seed_after, offset_after) = _seed_offset(torch, before), _seed_offset(torch, after)
+    fix = ("draw from the device's default generator and advance its offset by ceil4(numel) "
+           "per op (do not restore the state after the op; do not fall back to the CPU "
+           "generator)")
+    if seed_after != seed or offset_after <= offset:
+        return [Finding("error", "<random op>",
+                        f"{shown} left the generator at (seed, offset) ({seed_after}, "
+                        f"{offset_after}); expected seed {seed} and an offset above {offset}",
+                        breaks, fix)]
+    if offset_exact and offset_after != offset + 64:
+        return [Finding("error", "<random op>",
+                        f"{shown} moved the offset from {offset} to {offset_after}; expected "
+                        f"{offset + 64} (ceil4(64)) for a backend declaring rng='offset-exact'",
+                        f"{_TRACKER}'s shards draw other numbers than one device would",
+                        "advance by ceil4(numel), or declare rng='offset-consistent'")]
+    return []
