@@ -175,6 +175,37 @@ def redistribute_2d(ctx):
     _check_transitions(ctx, _mesh_2d(ctx), _TRANSITIONS_2D, ((8, 8), (6, 5)))
 
 
+#: A shape past the mock transport's 512 KiB rounds and a 1 MiB protocol switch (1.18 MiB of
+#: float32), whose 1031 rows split unevenly over 2, 4 and 8 ranks.
+LARGE_UNEVEN = (1031, 300)
+
+
+@check
+def large_redistribute(ctx):
+    """redistribute of a (1031, 300) float32 DTensor (1.2 MiB; its rows split unevenly over the
+    ranks): S(0)->R, R->S(0), S(0)->S(1), S(1)->S(0) each hold the expected shard and the
+    whole tensor (DTensor.redistribute)."""
+    _check_transitions(ctx, ctx.mesh((ctx.world_size,)), _TRANSITIONS_1D[:4], (LARGE_UNEVEN,))
+
+
+@check
+def large_partial(ctx):
+    """A Partial("sum") DTensor of (1031, 300) float32 (1.2 MiB; rows split unevenly) reduces
+    exactly: P->R (one all_reduce of 1.2 MiB) gives the sum of every rank's local tensor, P->S(0)
+    (reduce_scatter into uneven shards) the matching rows of it, Partial("avg") the mean
+    (torch.distributed.tensor.Partial)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    mine = _ints(LARGE_UNEVEN, 40 + ctx.rank)
+    total = torch.stack([_ints(LARGE_UNEVEN, 40 + r) for r in range(ctx.world_size)]).sum(0)
+    summed = DTensor.from_local(mine.to(ctx.device, copy=True), mesh, [Partial("sum")])
+    assert_equal(summed.redistribute(mesh, [Replicate()]).to_local(), total,
+                 "Partial(sum) -> Replicate of (1031, 300)")
+    assert_equal(summed.redistribute(mesh, [Shard(0)]).to_local(),
+                 expected_local(total, mesh, [Shard(0)]), "Partial(sum) -> Shard(0) of (1031, 300)")
+    avg = DTensor.from_local(mine.to(ctx.device, copy=True), mesh, [Partial("avg")])
+    assert_equal(avg.full_tensor(), total / ctx.world_size, "Partial(avg) of (1031, 300)")
+
+
 @check
 def partial(ctx):
     """A Partial("sum") DTensor made with from_local reduces to the sum of every rank's local

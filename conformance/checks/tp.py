@@ -147,6 +147,32 @@ def mlp(ctx):
                               lambda y: y.pow(2).sum())
 
 
+class WideMLP(nn.Module):
+    """520 -> 1040 -> 520: activations of (520, 520) float32 are 1.03 MiB (past the mock
+    transport's 512 KiB rounds and a 1 MiB switch). (An uneven hidden size is refused by torch
+    2.13's rowwise layer itself; dtensor.large_redistribute covers uneven shards.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = nn.Linear(520, 1040)
+        self.down = nn.Linear(1040, 520)
+
+    def forward(self, x):
+        return self.down(F.relu(self.up(x)))
+
+
+@check
+def large_mlp(ctx):
+    """A Colwise -> Rowwise MLP whose rowwise output all_reduce and input-gradient all_reduce
+    move (520, 520) float32 (1.03 MiB) matches the single-device MLP in forward, the input's
+    gradient and every parameter's gradient (torch.distributed.tensor.parallel)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    ref, model = _pair(ctx, WideMLP, 12)
+    parallelize_module(model, mesh, MLP_PLAN)
+    _assert_matches_reference(ctx, model, ref, host_tensor((520, 520), 13), "wide MLP",
+                              lambda y: y.pow(2).mean(), rtol=1e-4, atol=1e-4)
+
+
 @check
 def sequence_parallel(ctx):
     """SequenceParallel on a LayerNorm: the local input is this rank's slice of the sequence
