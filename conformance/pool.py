@@ -6,7 +6,9 @@ socketpair, one :class:`~accelkit.conformance.outcomes.RankResult` back. Workers
 interpreters (``python -m accelkit.conformance.worker``) in their own process group, so
 teardown kills the whole group (and anything a check started) and reaps every rank: no zombie
 is left. A hung check (TIMEOUT) or a dead rank (CRASH) tears the pool down; the caller builds a
-new one for the next check. Worker output goes to per-rank log files; their tail since the
+new one for the next check. So does a check that failed on some ranks while the others, still
+waiting for them in a collective, do not answer within seconds (the check is FAIL or ERROR at
+once, not a TIMEOUT after its whole budget). Worker output goes to per-rank log files; their tail since the
 check started is attached to the ranks that hung or died.
 """
 
@@ -179,9 +181,14 @@ class Pool:
         except OSError:
             return ""
 
+    #: Seconds the other ranks get to answer once one rank FAILed or ERRORed: past that they
+    #: are taken to wait for it in a collective, marked aborted, and the pool is rebuilt.
+    out_of_step_s = 10.0
+
     def run(self, check_id: str, timeout_s: float) -> tuple[list[RankResult], str | None]:
         """Run ``check_id`` on every rank. Returns the per-rank results and, when the pool had
-        to be torn down, why (``"timeout"`` or ``"crash"``)."""
+        to be torn down, why (``"timeout"``, ``"crash"`` or ``"out of step"``: a rank failed
+        and the others did not answer within :attr:`out_of_step_s`)."""
         if not self.alive:
             raise RuntimeError("the pool is closed")
         offsets = [self._log_size(r) for r in range(self.world_size)]
@@ -195,8 +202,11 @@ class Pool:
             except OSError:  # the rank died since the last check (BrokenPipeError)
                 dead[rank] = self._ended(rank)
         deadline = time.monotonic() + timeout_s
+        failed_at = None  # when a rank first reported FAIL or ERROR
         while pending:
             left = deadline - time.monotonic()
+            if failed_at is not None:
+                left = min(left, failed_at + self.out_of_step_s - time.monotonic())
             if left <= 0:
                 break
             # after a death, give the other ranks a moment to report (or die) too
@@ -209,6 +219,9 @@ class Pool:
                     results[rank] = conn.recv()
                 except (EOFError, OSError):
                     dead[rank] = self._ended(rank)
+                    continue
+                if failed_at is None and results[rank].status in ("fail", "error"):
+                    failed_at = time.monotonic()
         if dead:
             for rank, how in dead.items():
                 results[rank] = RankResult(rank=rank, status="crash", message=f"died: {how}",
@@ -218,6 +231,15 @@ class Pool:
                                            message="aborted: pool torn down after a rank died")
             self.close(graceful=False)
             return [results[r] for r in range(self.world_size)], "crash"
+        if pending and failed_at is not None and time.monotonic() < deadline:
+            # the ranks that failed left; the others wait for them in a collective
+            for rank in pending.values():
+                results[rank] = RankResult(
+                    rank=rank, status="aborted",
+                    message=f"aborted: no answer {self.out_of_step_s:g} s after another rank "
+                            "failed (waiting for it in a collective?)")
+            self.close(graceful=False)
+            return [results[r] for r in range(self.world_size)], "out of step"
         if pending:
             self._dump_stacks(list(pending.values()))
             for rank in pending.values():

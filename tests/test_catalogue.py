@@ -245,3 +245,43 @@ def test_expect_raises_fails_when_nothing_or_the_wrong_message_is_raised():
     with pytest.raises(KeyError):  # another exception type is not swallowed
         with expect_raises(ValueError, what="parse"):
             raise KeyError("x")
+
+
+WRAPPER = '''
+import sys
+sys.path.insert(0, {fixtures!r})
+import unreduced_fault
+unreduced_fault.wrap_catalogue(__name__, {threshold}, ("collectives", "dtensor", "tp"))
+'''
+
+#: Fault thresholds: a library wrong above 4 KiB, and one wrong above 1 MiB.
+THRESHOLDS = {"unreduced_above_4kib": 4 * 1024, "unreduced_above_1mib": 1024 * 1024}
+
+
+def test_a_library_wrong_above_a_size_is_caught_across_collectives_dtensor_and_tp(tmp_path):
+    """A collective library that returns reductions unreduced above 4 KiB, and one that does
+    so above 1 MiB, are each caught (FAIL or ERROR) by at least 5 checks, among them checks of
+    collectives, DTensor and TP. One run of the three areas on the mock at 2 ranks, both
+    thresholds (tests/fixtures/unreduced_fault.py wraps the catalogue's checks)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fixtures = str(Path(__file__).parent / "fixtures")
+    argv = [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
+            "--world-size", "2", "--report-dir", str(tmp_path / "report")]
+    for name, threshold in THRESHOLDS.items():
+        (tmp_path / f"{name}.py").write_text(WRAPPER.format(fixtures=fixtures, threshold=threshold))
+        argv += ["--checks-module", str(tmp_path / f"{name}.py"), "--area", name]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    for name in THRESHOLDS:
+        caught = sorted(c["id"].split(".", 1)[1].replace("__", ".", 1) for c in report["checks"]
+                        if c["area"] == name and c["outcome"] in ("fail", "error"))
+        areas = {cid.split(".")[0] for cid in caught}
+        assert len(caught) >= 5 and areas == {"collectives", "dtensor", "tp"}, (name, caught)
+        print(f"{name}: caught by {len(caught)} checks: {', '.join(caught)}")

@@ -79,3 +79,21 @@ def test_a_rank_that_closes_its_connection_but_lives_is_killed_and_reported():
     finally:
         pool.close(graceful=False)
     assert engine_env.children(os.getpid()) == []
+
+
+def test_a_check_failing_on_one_rank_while_another_waits_ends_in_seconds():
+    import time
+
+    from accelkit.conformance.outcomes import Outcome, merge
+
+    pool = _pool()
+    try:
+        started = time.monotonic()
+        ranks, torn_down = pool.run("pool.fails_then_waits", timeout_s=120)
+        assert time.monotonic() - started < pool.out_of_step_s + 10
+        assert torn_down == "out of step"
+        assert [r.status for r in ranks] == ["aborted", "fail"]
+        assert merge(ranks) == (Outcome.FAIL, "rank 1: AssertionError: rank 1 fails first")
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from accelkit.conformance.checks._util import assert_equal
 
 #: Every dtype c10d moves for the sweeps (complex where torch views it as real pairs).
 DTYPES: tuple[torch.dtype, ...] = (torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64,
@@ -198,3 +199,31 @@ def either_correct_or_refused(collective: Callable, *args, what: str) -> bool:
             f"a correct result or such an error: {exc}")
         return False
     return True
+
+
+class Comparisons:
+    """A sweep's comparisons, reported together at the end of the check: a rank that stopped
+    at its first wrong result would leave the others waiting for it in the next collective,
+    and the whole list shows the pattern (one dtype, every size above a threshold, ...)."""
+
+    shown = 10
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.failures: list[str] = []
+
+    def equal(self, actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+        self.count += 1
+        try:
+            assert_equal(actual, expected, what)
+        except AssertionError as exc:
+            self.failures.append(str(exc))
+
+    def done(self) -> None:
+        """Fail with every wrong result (the first :attr:`shown` in full)."""
+        if self.failures:
+            more = len(self.failures) - self.shown
+            raise AssertionError(
+                f"{len(self.failures)} of {self.count} results wrong:\n"
+                + "\n".join(self.failures[:self.shown])
+                + (f"\n... and {more} more" if more > 0 else ""))

@@ -474,13 +474,15 @@ def all_reduce_64mib(ctx):
 
 
 def _sweep_all_reduce(ctx, ops: tuple[str, ...]) -> None:
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for op in (op for op in ops if op in sweep.ops_for(dtype)):
             for n in sweep.counts(dtype):
                 mine = sweep.reduction_input(op, ctx.rank, n, dtype).to(ctx.device, copy=True)
                 dist.all_reduce(mine, op=sweep.REDUCE_OPS[op])
-                assert_equal(mine, sweep.reduction_expected(op, ctx.world_size, n, dtype),
-                             f"all_reduce({op.upper()}) of {sweep.label(dtype, n)}")
+                results.equal(mine, sweep.reduction_expected(op, ctx.world_size, n, dtype),
+                               f"all_reduce({op.upper()}) of {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
@@ -498,19 +500,21 @@ def sweep_all_reduce_views(ctx):
     offset is reduced and the rest of its buffer left untouched; a strided (non-contiguous)
     view is reduced correctly or refused with an error naming contiguity, never silently
     wrong (torch.distributed.all_reduce)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         n = sweep.counts(dtype)[4] + 1  # 4 KiB + 1 element: odd, past a small-message switch
         mine = sweep.reduction_input("sum", ctx.rank, n, dtype).to(ctx.device, copy=True)
         expected = sweep.reduction_expected("sum", ctx.world_size, n, dtype)
         view, buffer = sweep.in_view(mine, "offset", 1)
         dist.all_reduce(view)
-        assert_equal(view, expected, f"all_reduce of an offset view, {sweep.label(dtype, n)}")
-        assert_equal(torch.cat([buffer[:3], buffer[3 + n:]]), torch.ones(5, dtype=dtype),
-                     f"the buffer around an offset view, {sweep.label(dtype, n)}")
+        results.equal(view, expected, f"all_reduce of an offset view, {sweep.label(dtype, n)}")
+        results.equal(torch.cat([buffer[:3], buffer[3 + n:]]), torch.ones(5, dtype=dtype),
+                      f"the buffer around an offset view, {sweep.label(dtype, n)}")
         strided, _ = sweep.in_view(mine, "strided", 1)
         what = f"all_reduce of a strided view, {sweep.label(dtype, n)}"
         if sweep.either_correct_or_refused(dist.all_reduce, strided, what=what):
-            assert_equal(strided, expected, what)
+            results.equal(strided, expected, what)
+    results.done()
 
 
 @check
@@ -546,64 +550,72 @@ def sweep_broadcast(ctx):
     """broadcast leaves the root's tensor on every rank for every dtype at every size of the
     sweep, the root moving from rank to rank, and into an offset view
     (torch.distributed.broadcast)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for k, n in enumerate(sweep.counts(dtype)):
             root = k % ctx.world_size
             mine = sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True)
             dist.broadcast(mine, src=root)
-            assert_equal(mine, sweep.rank_values(root, n, dtype),
-                         f"broadcast(src={root}) of {sweep.label(dtype, n)}")
+            results.equal(mine, sweep.rank_values(root, n, dtype),
+                          f"broadcast(src={root}) of {sweep.label(dtype, n)}")
         n = sweep.counts(dtype)[5]
         view, _ = sweep.in_view(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), "offset", 0)
         dist.broadcast(view, src=ctx.world_size - 1)
-        assert_equal(view, sweep.rank_values(ctx.world_size - 1, n, dtype),
-                     f"broadcast into an offset view, {sweep.label(dtype, n)}")
+        results.equal(view, sweep.rank_values(ctx.world_size - 1, n, dtype),
+                      f"broadcast into an offset view, {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
 def sweep_reduce(ctx):
     """reduce(SUM) leaves the exact sum on the destination for every non-complex dtype at every
     size of the sweep, the destination moving from rank to rank (torch.distributed.reduce)."""
+    results = sweep.Comparisons()
     for dtype in sweep.ARITHMETIC:
         for k, n in enumerate(sweep.counts(dtype)):
             dst = k % ctx.world_size
             mine = sweep.reduction_input("sum", ctx.rank, n, dtype).to(ctx.device, copy=True)
             dist.reduce(mine, dst=dst)
             if ctx.rank == dst:
-                assert_equal(mine, sweep.reduction_expected("sum", ctx.world_size, n, dtype),
-                             f"reduce(dst={dst}) of {sweep.label(dtype, n)}")
+                results.equal(mine, sweep.reduction_expected("sum", ctx.world_size, n, dtype),
+                              f"reduce(dst={dst}) of {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
 def sweep_all_gather(ctx):
     """all_gather into a list: entry j is rank j's input, for every dtype at every size of the
     sweep (torch.distributed.all_gather)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype, largest=False):
             out = [torch.empty(n, dtype=dtype, device=ctx.device) for _ in range(ctx.world_size)]
             dist.all_gather(out, sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True))
             for j, got in enumerate(out):
-                assert_equal(got, sweep.rank_values(j, n, dtype),
-                             f"all_gather entry {j}, {sweep.label(dtype, n)}")
+                results.equal(got, sweep.rank_values(j, n, dtype),
+                              f"all_gather entry {j}, {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
 def sweep_all_gather_single(ctx):
     """all_gather_single concatenates every rank's input for every dtype at every size of the
     sweep, also from an offset view (torch.distributed.all_gather_single)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype):
             out = torch.empty(ctx.world_size * n, dtype=dtype, device=ctx.device)
             dist.all_gather_single(out, sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True))
-            assert_equal(out, torch.cat([sweep.rank_values(r, n, dtype)
-                                         for r in range(ctx.world_size)]),
-                         f"all_gather_single of {sweep.label(dtype, n)}")
+            results.equal(out, torch.cat([sweep.rank_values(r, n, dtype)
+                                          for r in range(ctx.world_size)]),
+                          f"all_gather_single of {sweep.label(dtype, n)}")
         n = sweep.counts(dtype)[5]
         view, _ = sweep.in_view(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), "offset", 0)
         out = torch.empty(ctx.world_size * n, dtype=dtype, device=ctx.device)
         dist.all_gather_single(out, view)
-        assert_equal(out, torch.cat([sweep.rank_values(r, n, dtype) for r in range(ctx.world_size)]),
-                     f"all_gather_single from an offset view, {sweep.label(dtype, n)}")
+        results.equal(out, torch.cat([sweep.rank_values(r, n, dtype) for r in range(ctx.world_size)]),
+                      f"all_gather_single from an offset view, {sweep.label(dtype, n)}")
+    results.done()
 
 
 def _reduce_scatter_chunks(ctx, n, dtype):
@@ -617,12 +629,14 @@ def _reduce_scatter_chunks(ctx, n, dtype):
 def sweep_reduce_scatter(ctx):
     """reduce_scatter(SUM) from a list: rank r gets the exact sum of every rank's r-th entry,
     for every dtype at every size of the sweep (torch.distributed.reduce_scatter)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype, largest=False):
             chunks, expected = _reduce_scatter_chunks(ctx, n, dtype)
             out = torch.empty(n, dtype=dtype, device=ctx.device)
             dist.reduce_scatter(out, [c.to(ctx.device, copy=True) for c in chunks])
-            assert_equal(out, expected, f"reduce_scatter of {sweep.label(dtype, n)} per rank")
+            results.equal(out, expected, f"reduce_scatter of {sweep.label(dtype, n)} per rank")
+    results.done()
 
 
 @check
@@ -630,18 +644,20 @@ def sweep_reduce_scatter_single(ctx):
     """reduce_scatter_single(SUM): rank r gets the exact sum of chunk r of every rank's input,
     for every dtype at every size of the sweep (per rank), also into an offset view
     (torch.distributed.reduce_scatter_single)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype):
             chunks, expected = _reduce_scatter_chunks(ctx, n, dtype)
             out = torch.empty(n, dtype=dtype, device=ctx.device)
             dist.reduce_scatter_single(out, torch.cat(chunks).to(ctx.device, copy=True))
-            assert_equal(out, expected, f"reduce_scatter_single of {sweep.label(dtype, n)} per rank")
+            results.equal(out, expected, f"reduce_scatter_single of {sweep.label(dtype, n)} per rank")
         n = sweep.counts(dtype)[5]
         chunks, expected = _reduce_scatter_chunks(ctx, n, dtype)
         view, _ = sweep.in_view(torch.empty(n, dtype=dtype, device=ctx.device), "offset", 0)
         dist.reduce_scatter_single(view, torch.cat(chunks).to(ctx.device, copy=True))
-        assert_equal(view, expected, f"reduce_scatter_single into an offset view, "
-                                     f"{sweep.label(dtype, n)} per rank")
+        results.equal(view, expected, f"reduce_scatter_single into an offset view, "
+                                      f"{sweep.label(dtype, n)} per rank")
+    results.done()
 
 
 def _exchanged(src: int, dst: int, n: int, dtype) -> torch.Tensor:
@@ -653,20 +669,23 @@ def _exchanged(src: int, dst: int, n: int, dtype) -> torch.Tensor:
 def sweep_all_to_all_single(ctx):
     """all_to_all_single with equal splits: rank r's chunk j is rank j's chunk r, for every
     dtype at every size of the sweep (per peer) (torch.distributed.all_to_all_single)."""
+    results = sweep.Comparisons()
     ws = ctx.world_size
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype, largest=False):
             mine = torch.cat([_exchanged(ctx.rank, d, n, dtype) for d in range(ws)])
             out = torch.empty(ws * n, dtype=dtype, device=ctx.device)
             dist.all_to_all_single(out, mine.to(ctx.device, copy=True))
-            assert_equal(out, torch.cat([_exchanged(s, ctx.rank, n, dtype) for s in range(ws)]),
-                         f"all_to_all_single of {sweep.label(dtype, n)} per peer")
+            results.equal(out, torch.cat([_exchanged(s, ctx.rank, n, dtype) for s in range(ws)]),
+                          f"all_to_all_single of {sweep.label(dtype, n)} per peer")
+    results.done()
 
 
 @check
 def sweep_all_to_all(ctx):
     """all_to_all with lists: output entry j on rank r is rank j's entry r, for every dtype at
     every size of the sweep (per peer) (torch.distributed.all_to_all)."""
+    results = sweep.Comparisons()
     ws = ctx.world_size
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype, largest=False):
@@ -674,8 +693,9 @@ def sweep_all_to_all(ctx):
             dist.all_to_all(outputs, [_exchanged(ctx.rank, d, n, dtype).to(ctx.device, copy=True)
                                       for d in range(ws)])
             for s, got in enumerate(outputs):
-                assert_equal(got, _exchanged(s, ctx.rank, n, dtype),
-                             f"all_to_all entry {s}, {sweep.label(dtype, n)}")
+                results.equal(got, _exchanged(s, ctx.rank, n, dtype),
+                              f"all_to_all entry {s}, {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
@@ -683,6 +703,7 @@ def sweep_gather(ctx):
     """gather: the destination's list holds every rank's input, for every non-complex dtype at
     every size of the sweep, the destination moving from rank to rank (torch does not view
     complex tensors as real for gather) (torch.distributed.gather)."""
+    results = sweep.Comparisons()
     for dtype in sweep.ARITHMETIC:
         for k, n in enumerate(sweep.counts(dtype, largest=False)):
             dst = k % ctx.world_size
@@ -690,14 +711,16 @@ def sweep_gather(ctx):
                    if ctx.rank == dst else None)
             dist.gather(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), out, dst=dst)
             for j, got in enumerate(out or []):
-                assert_equal(got, sweep.rank_values(j, n, dtype),
-                             f"gather(dst={dst}) entry {j}, {sweep.label(dtype, n)}")
+                results.equal(got, sweep.rank_values(j, n, dtype),
+                              f"gather(dst={dst}) entry {j}, {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
 def sweep_scatter(ctx):
     """scatter: rank r receives the source's r-th tensor, for every dtype at every size of the
     sweep, the source moving from rank to rank (torch.distributed.scatter)."""
+    results = sweep.Comparisons()
     for dtype in sweep.DTYPES:
         for k, n in enumerate(sweep.counts(dtype, largest=False)):
             src = k % ctx.world_size
@@ -705,8 +728,9 @@ def sweep_scatter(ctx):
                       if ctx.rank == src else None)
             out = torch.empty(n, dtype=dtype, device=ctx.device)
             dist.scatter(out, pieces, src=src)
-            assert_equal(out, _exchanged(src, ctx.rank, n, dtype),
-                         f"scatter(src={src}) of {sweep.label(dtype, n)}")
+            results.equal(out, _exchanged(src, ctx.rank, n, dtype),
+                          f"scatter(src={src}) of {sweep.label(dtype, n)}")
+    results.done()
 
 
 @check
@@ -714,6 +738,7 @@ def sweep_send_recv(ctx):
     """isend/irecv around a ring deliver the left neighbour's tensor for every dtype at every
     size of the sweep (past the mock's 256 KiB point-to-point chunks)
     (torch.distributed.isend/irecv)."""
+    results = sweep.Comparisons()
     right, left = (ctx.rank + 1) % ctx.world_size, (ctx.rank - 1) % ctx.world_size
     for dtype in sweep.DTYPES:
         for n in sweep.counts(dtype):
@@ -722,5 +747,6 @@ def sweep_send_recv(ctx):
                      dist.irecv(got, src=left)]
             for work in works:
                 work.wait()
-            assert_equal(got, sweep.rank_values(left, n, dtype),
-                         f"irecv from rank {left} of {sweep.label(dtype, n)}")
+            results.equal(got, sweep.rank_values(left, n, dtype),
+                          f"irecv from rank {left} of {sweep.label(dtype, n)}")
+    results.done()
