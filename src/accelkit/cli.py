@@ -14,6 +14,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backends": ("accelkit.commands.backends", "list known backends and whether they can run here"),
     "doctor": ("accelkit.commands.doctor", "check a backend's device handle (exit 1 on errors)"),
     "conformance": ("accelkit.conformance.cli", "run the conformance suite on a backend"),
+    "compare": ("accelkit.conformance.compare",
+                "compare conformance reports: newly failing, newly passing, time changes"),
     "new": ("accelkit.commands.new", "create a vendor backend package from the cuda-like template"),
 }
 
