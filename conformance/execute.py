@@ -1,4 +1,4 @@
-"""Running one check on one rank, from a clean state (issue #3).
+"""Running one check on one rank, from a clean state.
 
 Shared by the engine's pool workers and the torchrun mode. Before each check the rank is put
 back into a known state: the default process group stays; groups the previous check created

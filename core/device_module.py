@@ -7,7 +7,7 @@ The extension is one built on the accelkit C++ layer (``<accelkit/python.h>``'s
 ``mem_get_info``, ``current_stream``, ``set_stream`` and ``host_accessible``.
 :func:`build_device_module` wraps them with the Python API of ``torch.cuda`` that torch's
 distributed stack calls on a device handle (PR 102468; see :class:`accelkit.core.DeviceHandle`
-for each caller): a vendor package calls it instead of writing its own module. Issue #4.
+for each caller): a vendor package calls it instead of writing its own module.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
 
     def set_rng_state(new_state: torch.Tensor, device: Any = name) -> None:
         """Restore a state from get_rng_state. Under FakeTensorMode / LocalTensor torch passes
-        fake states, which carry no data: they are ignored (the facts note)."""
+        fake states, which carry no data: they are ignored."""
         from torch._subclasses.fake_tensor import is_fake
 
         if is_fake(new_state):

@@ -1,9 +1,12 @@
-"""Static tests of the conformance catalogue (issue #6): what is in it, not whether it passes
-(the engine runs it: ``accelkit conformance --backend cpu``).
+"""Static tests of the conformance catalogue: what is in it, not whether it passes (the engine
+runs it: ``accelkit conformance --backend cpu``); and, end to end, that it catches broken
+collective libraries.
 
 Every area module is present, ids are unique and match their module, every docstring names
-its source, requirements are consistent, and every behaviour the design seeds
-(``shared/seeds``: PRs 103235, 102468, 102336, 134247) and the issue's floor list describe
+its source, requirements are consistent, and every behaviour described by the PyTorch PRs the
+design rests on (103235: DTensor's RNG tracker; 102468: cuda-like devices in DeviceMesh and
+DTensor; 102336: DeviceMesh on the dispatchable process group; 134247: the ambient mesh of
+parallelize_module) and every item of the catalogue's floor list (what each area must check)
 maps to checks that exist.
 """
 
@@ -18,8 +21,8 @@ from accelkit.conformance.checks import load_all
 AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint")
 PACKAGE = "accelkit.conformance.checks"
 
-#: Each behaviour the seed PRs describe -> the checks that exercise it.
-SEED_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
+#: Each behaviour the design PRs describe -> the checks that exercise it.
+DESIGN_PR_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
     "103235": {
         "the tracker keeps RNG state as a ByteTensor (16-byte Philox seed + offset)":
             ("rng.state_layout", "rng.supported"),
@@ -78,7 +81,7 @@ SEED_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-#: The floor list of issue #6, by the issue's names -> the checks that cover each item.
+#: The floor list: what each area must check, by check name.
 FLOOR: dict[str, tuple[str, ...]] = {
     "registration": ("default_backend_for_device", "group_backend_for_device",
                      "device_handle_contract", "accelerator_api", "manual_seed_reaches_device"),
@@ -88,7 +91,12 @@ FLOOR: dict[str, tuple[str, ...]] = {
                     "reduce_scatter_single", "reduce_scatter_tensor", "all_to_all_single_equal",
                     "all_to_all_single_uneven", "all_to_all", "gather", "scatter", "send_recv_ring",
                     "barrier", "async_work", "functional", "subgroup_half", "non_contiguous",
-                    "all_reduce_64mib"),
+                    "all_reduce_64mib", "sweep_all_reduce_sum", "sweep_all_reduce_views",
+                    "sweep_all_reduce_product", "sweep_all_reduce_min_max", "sweep_all_reduce_avg",
+                    "sweep_all_reduce_bitwise", "sweep_broadcast", "sweep_reduce",
+                    "sweep_all_gather", "sweep_all_gather_single", "sweep_reduce_scatter",
+                    "sweep_reduce_scatter_single", "sweep_all_to_all_single", "sweep_all_to_all",
+                    "sweep_gather", "sweep_scatter", "sweep_send_recv"),
     "devicemesh": ("mesh_1d", "mesh_2d_names", "mesh_3d", "slice_by_name", "coordinate_local_rank",
                    "flatten", "context_manager", "device_selection", "mesh_larger_than_world",
                    "from_group", "submesh_collective_members"),
@@ -96,14 +104,15 @@ FLOOR: dict[str, tuple[str, ...]] = {
                 "redistribute_2d", "partial", "elementwise", "matmul", "reductions", "view_ops",
                 "softmax", "layer_norm", "embedding", "autograd", "factory", "factory_random",
                 "local_device_index", "distribute_module", "ambient_mesh", "comm_counts",
-                "from_local_run_check", "submesh_non_members", "meta_to_empty", "save_load"),
+                "from_local_run_check", "submesh_non_members", "meta_to_empty", "save_load",
+                "large_redistribute", "large_partial"),
     "rng": ("supported", "state_layout", "manual_seed_sync", "tracker_type", "offset_advance",
             "shard_distinct", "replicate_equal", "mesh_2d", "determinism", "offset_exact", "dropout",
             "user_generator", "fork_rng", "run_state_sync", "init_weights", "submesh"),
     "tp": ("colwise", "rowwise", "mlp", "sequence_parallel", "prepare_module_io",
            "dict_plan_wildcards", "ambient_mesh", "feedforward_in_init", "partial_output",
            "plan_none_warns", "no_mesh_raises", "transformer_block", "dropout_deterministic",
-           "dropout_offset_exact", "optimizer_step", "meta_init_2d", "comm_counts"),
+           "dropout_offset_exact", "optimizer_step", "meta_init_2d", "comm_counts", "large_mlp"),
     "checkpoint": ("sharded_roundtrip", "reshard_shard1", "reshard_replicate", "reshard_2d",
                    "tp_model_roundtrip"),
 }
@@ -136,21 +145,22 @@ def test_every_docstring_states_the_behaviour_and_its_source(catalogue):
         assert SOURCE.search(c.doc), f"{cid}: docstring names no source (PR number or torch API)"
 
 
-def test_seed_behaviours_map_to_existing_checks(catalogue):
-    for pr, behaviours in SEED_COVERAGE.items():
+def test_design_pr_behaviours_map_to_existing_checks(catalogue):
+    for pr, behaviours in DESIGN_PR_COVERAGE.items():
         for behaviour, ids in behaviours.items():
             missing = [cid for cid in ids if cid not in catalogue]
             assert not missing, f"PR {pr} '{behaviour}': no check {missing}"
 
 
-def test_checks_named_after_a_seed_pr_are_in_its_table(catalogue):
-    covered = {pr: {cid for ids in table.values() for cid in ids} for pr, table in SEED_COVERAGE.items()}
+def test_checks_citing_a_design_pr_are_in_its_table(catalogue):
+    covered = {pr: {cid for ids in table.values() for cid in ids}
+               for pr, table in DESIGN_PR_COVERAGE.items()}
     for cid, c in catalogue.items():
         for pr in re.findall(r"PR (\d{6})", c.doc):
-            assert pr in covered, f"{cid} cites PR {pr}, which is not a seed"
+            assert pr in covered, f"{cid} cites PR {pr}, which is not a design PR of the table"
 
 
-def test_issue_floor_list_is_covered(catalogue):
+def test_floor_list_is_covered(catalogue):
     for area, names in FLOOR.items():
         missing = [f"{area}.{n}" for n in names if f"{area}.{n}" not in catalogue]
         assert not missing, f"floor items without a check: {missing}"

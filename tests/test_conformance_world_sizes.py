@@ -1,7 +1,7 @@
 """The catalogue on the mock at the other world sizes it declares (``also_at``): every check
 written for 2 ranks passes on 2, every one written for 8 passes on 8, each run at that size.
-This keeps the ``also_at`` declarations true (issue #3: ``--world-size``; a 2-device machine
-and an 8-rank torchrun launch get a report). About 25 s and 70 s here."""
+This keeps the ``also_at`` declarations true (``--world-size``: a 2-device machine and an
+8-rank torchrun launch get a report). About 25 s and 70 s here."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Expectations files: format, torch ranges, and the errors for bad files (issue #3)."""
+"""Expectations files: format, torch ranges, and the errors for bad files."""
 
 from __future__ import annotations
 

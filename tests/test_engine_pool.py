@@ -1,5 +1,5 @@
 """The worker pool in this process: ranks are reaped on every kind of teardown, so no zombie
-and no orphan is left (issue #3)."""
+and no orphan is left."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The engine's pure parts, without processes: merging per-rank results, selection, exit
-rules, report writers on a synthetic run, the /dev/shm sweep (issue #3)."""
+rules, report writers on a synthetic run, the /dev/shm sweep."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``accelkit new``: input validation (message text, nothing written) and what it renders,
-without building (the build and conformance run are in test_templates.py). Issue #7."""
+without building (the build and conformance run are in test_templates.py)."""
 
 from __future__ import annotations
 

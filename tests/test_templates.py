@@ -1,6 +1,6 @@
 """End to end: ``accelkit new demo``, build ``torch_demo`` ahead of time, and prove it works like
 the mock: ``import torch`` loads it, and ``accelkit conformance --backend demo`` at world size 4
-passes every check the mock passes (issue #7).
+passes every check the mock passes.
 
 The package is installed with ``pip --target`` into a folder of its own, never into the test
 environment: installed there, ``import torch`` would load demo into every later test process
