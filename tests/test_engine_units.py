@@ -270,3 +270,33 @@ def test_two_check_files_with_the_same_name_both_load(tmp_path):
     for folder in ("a", "b"):
         loader.import_module(str(tmp_path / folder / "vendor_checks.py"))
     assert {"vendor_checks.from_a", "vendor_checks.from_b"} <= set(CHECKS)
+
+
+def test_one_option_table_for_every_entry_point():
+    """The CLI, torchrun and the pytest plugin read one table: the same option gets the same
+    default everywhere (the plugin's timeout is the CLI's), and every Options field is an
+    option."""
+    import argparse
+    from dataclasses import fields
+
+    from accelkit.conformance import options
+
+    flags = [o.flag for o in options.OPTIONS]
+    assert len(flags) == len(set(flags))
+    assert {o.dest for o in options.OPTIONS} == {f.name for f in fields(options.Options)}
+    parser = argparse.ArgumentParser()
+    options.add_to_parser(parser, options.CLI)
+    cli = options.from_namespace(parser.parse_args([]), options.CLI)
+    pytest_values = {"backend": "mock"}
+    plugin = options.from_values(options.PYTEST, lambda dest: pytest_values.get(dest))
+    assert cli == plugin == options.Options()
+    assert cli.timeout_s == options.DEFAULT_TIMEOUT_S
+    parsed = options.from_namespace(parser.parse_args(
+        ["--timeout", "5", "--world-size", "2", "--world-size", "8", "-k", "a", "--strict"]),
+        options.CLI)
+    assert (parsed.timeout_s, parsed.world_sizes, parsed.patterns, parsed.strict) == (
+        5.0, [2, 8], ["a"], True)
+    torchrun = argparse.ArgumentParser()
+    options.add_to_parser(torchrun, options.TORCHRUN)
+    with pytest.raises(SystemExit):  # a launch has its own world size
+        torchrun.parse_args(["--world-size", "2"])
