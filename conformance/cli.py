@@ -24,8 +24,24 @@ from accelkit.conformance.session import LoadError, UsageError, resolve
 EXIT_LOAD_ERROR = 2
 
 
+EPILOG = """\
+expectations file (--expectations, or the backend's own), TOML:
+  [checks."area.name"]          # "area.name@N": its run on N ranks only (wins)
+  status = "xfail"              # or "skip" (does not run: only for crashes and hangs)
+  reason = "why"                # required
+  link = "https://..."          # optional
+  torch = ">=2.13,<2.15"        # optional: the torch versions it applies to
+
+exit status: 0 conformant (or unavailable without --require-available); 1 a check failed,
+errored, timed out or crashed (or XPASS under --strict); 2 usage error, or the checks could
+not be imported (reports still written); 3 unavailable with --require-available.
+"""
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     options_mod.add_to_parser(parser, options_mod.CLI)
+    parser.epilog = EPILOG
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def load_failure(exc: LoadError, options: Options, mode: str) -> RunReport:

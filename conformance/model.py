@@ -83,10 +83,6 @@ class RunReport:
                    settings=backend_settings(spec), **fields)
 
     @property
-    def torch(self) -> str:
-        return self.versions.get("torch") or ""
-
-    @property
     def world_sizes(self) -> list[int]:
         return sorted({r.world_size for r in self.results})
 

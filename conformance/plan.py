@@ -64,10 +64,6 @@ class Plan:
     steps: tuple[Step, ...]
     left_out: tuple[LeftOut, ...] = ()
 
-    @property
-    def world_sizes(self) -> list[int]:
-        return sorted({s.check.world_size for s in self.steps})
-
 
 def make_plan(checks: Sequence[CheckDef], expectations: Mapping[str, Expectation], host: Host,
               world_sizes: Sequence[int] = ()) -> Plan:

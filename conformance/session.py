@@ -74,10 +74,9 @@ def resolve(options: Options) -> Session:
         raise UsageError(f"unknown area(s) {', '.join(unknown)}; known: "
                          f"{', '.join(areas) or '(none)'}")
     selected = loader.select(checks, areas=options.areas, patterns=options.patterns)
-    if options.world_sizes:
-        fits = [c for c in selected if set(c.world_sizes) & set(options.world_sizes)]
-        if selected and not fits:
-            selected = []
+    sizes = set(options.world_sizes)
+    if sizes and not any(sizes & set(c.world_sizes) for c in selected):
+        selected = []  # every selected check would be left out
     if not selected:
         raise UsageError(_nothing_selected(options, checks))
     path = options.expectations or (str(spec.expectations) if spec.expectations and options.builtin
