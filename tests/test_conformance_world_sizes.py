@@ -1,7 +1,7 @@
 """The catalogue on the mock at the other world sizes it declares (``also_at``): every check
 written for 2 ranks passes on 2, every one written for 8 passes on 8, each run at that size.
-This keeps the ``also_at`` declarations true (issue #3: ``--world-size``; a 2-device machine
-and an 8-rank torchrun launch get a report). About 25 s and 70 s here."""
+This keeps the ``also_at`` declarations true (``--world-size``: a 2-device machine and an
+8-rank torchrun launch get a report). About 25 s and 70 s here."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from accelkit.conformance import loader
 
 @pytest.mark.parametrize("world_size", [2, 8])
 def test_mock_passes_every_check_written_for_the_world_size(world_size, tmp_path):
-    expected = {c.id for c in loader.select(loader.load([]), world_size=world_size)}
+    expected = {c.id for c in loader.select(loader.load([])) if world_size in c.world_sizes}
     proc = subprocess.run(
         [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
          "--world-size", str(world_size), "--report-dir", str(tmp_path)],
