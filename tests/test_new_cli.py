@@ -111,7 +111,7 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     code, out, err = _new(capsys, "demo")
     assert code == 0, err
     dest = tmp_path / "torch_demo"
-    assert f"created torch_demo in {dest} (15 files): device 'demo', collective backend " \
+    assert f"created torch_demo in {dest} (16 files): device 'demo', collective backend " \
            "'democcl'" in out
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == [
