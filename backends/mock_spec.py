@@ -38,21 +38,47 @@ def _prepare() -> None:
             future.result()
 
 
+#: The device counts the mock runtime accepts (csrc/mock_runtime.h refuses others).
+DEVICE_COUNTS = range(1, 65)
+
+
 def _device_count() -> int | None:
-    """``ACCELKIT_MOCK_DEVICES`` (default 8), or None when it is not a non-negative integer."""
-    value = os.environ.get("ACCELKIT_MOCK_DEVICES", "8").strip()
-    return int(value) if value.isdigit() else None
+    """``ACCELKIT_MOCK_DEVICES`` (default 8), or None when the runtime would refuse it."""
+    value = os.environ.get("ACCELKIT_MOCK_DEVICES", "8")
+    try:
+        count = int(value)
+    except ValueError:
+        return None
+    return count if count in DEVICE_COUNTS else None
 
 
 def _probe(world_size: int = 1) -> tuple[bool, str]:
     count = _device_count()
-    if count is None:
+    if count is None:  # the runtime's own message (mock_runtime.h), said before any rank starts
         value = os.environ.get("ACCELKIT_MOCK_DEVICES")
-        return False, (f"ACCELKIT_MOCK_DEVICES={value!r} is not a device count; "
-                       "set a non-negative integer, e.g. ACCELKIT_MOCK_DEVICES=8")
+        return False, (f"ACCELKIT_MOCK_DEVICES={value} is not a device count: use an integer "
+                       f"from {DEVICE_COUNTS[0]} to {DEVICE_COUNTS[-1]}, e.g. "
+                       "ACCELKIT_MOCK_DEVICES=8")
     if count < world_size:
         return False, f"{world_size} devices needed, {count} present (ACCELKIT_MOCK_DEVICES={count})"
     return True, f"{count} mock devices over host memory"
+
+
+#: The mock's switches and their defaults (mock_runtime.h, mockccl.cpp).
+SETTINGS_DEFAULTS = {
+    "ACCELKIT_MOCK_DEVICES": "8",
+    "ACCELKIT_MOCK_MEMORY": "8GiB",
+    "ACCELKIT_MOCK_HOST_ACCESSIBLE": "1",
+    "ACCELKIT_MOCKCCL_CHUNK_BYTES": str(512 << 10),
+    "ACCELKIT_MOCKCCL_P2P_CHUNK_BYTES": str(256 << 10),
+}
+
+
+def _settings() -> dict[str, str]:
+    """Every ``ACCELKIT_MOCK*`` switch in effect (set ones as given, others at their
+    default); unknown ones are listed too, so a typo shows in the report."""
+    given = {k: v for k, v in os.environ.items() if k.startswith("ACCELKIT_MOCK")}
+    return {**SETTINGS_DEFAULTS, **given}
 
 
 SPEC = BackendSpec(
@@ -62,6 +88,7 @@ SPEC = BackendSpec(
     setup=_setup,
     probe=_probe,
     prepare=_prepare,
+    settings=_settings,
     capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True,
                               inductor=True),
 )

@@ -1,4 +1,4 @@
-"""mockccl vs gloo, same run, same 4 rank processes (issue #5).
+"""mockccl vs gloo, same run, same 4 rank processes.
 
 One process group ``mock:mockccl,cpu:gloo``: the same collective on mock tensors goes through mockccl
 and on CPU tensors through gloo. all_reduce, all_gather and reduce_scatter from 8 B to 256 MiB

@@ -1,7 +1,7 @@
-"""Benchmark of the conformance engine (issue #3), on the ``cpu`` backend (gloo):
+"""Benchmark of the conformance engine, on the ``cpu`` backend (gloo):
 
 1. pool start-up at world size 4 (spawn 4 interpreters, import torch, init the process group);
-2. per-check overhead: wall time of ``Runner.run_check`` for a check that does nothing
+2. per-check overhead: wall time of ``Runner.run_step`` for a check that does nothing
    (dispatch, clean-state reset, result collection, merge), median over ``--checks`` runs
    (target: <= 30 ms);
 3. the starter checks (the catalogue's 4-rank checks for cpu, ``--area`` to narrow) in one
@@ -23,12 +23,14 @@ import sys
 import time
 from pathlib import Path
 
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 
 HERE = str(Path(__file__).resolve())
 
+CHECK_DEFAULTS = Defaults(area="bench")
 
-@check("bench.noop", world_size=4)
+
+@check
 def noop(ctx):
     """Does nothing: what is left of a check's wall time is the engine's overhead."""
 
@@ -47,15 +49,18 @@ def _pool_startup(repeat: int) -> list[float]:
 
 def _overhead(count: int) -> list[float]:
     from accelkit.conformance.api import CHECKS
-    from accelkit.conformance.runner import Runner, RunOptions
+    from accelkit.conformance.options import Options
+    from accelkit.conformance.plan import Step
+    from accelkit.conformance.runner import Runner
     from accelkit.core import registry
 
-    with Runner(registry.get("cpu"), RunOptions(modules=[HERE], builtin=False)) as runner:
-        runner.run_check(CHECKS["bench.noop"])  # starts the pool
+    step = Step(CHECKS["bench.noop"])
+    with Runner(registry.get("cpu"), Options(modules=[HERE], builtin=False)) as runner:
+        runner.run_step(step)  # starts the pool
         times = []
         for _ in range(count):
             started = time.perf_counter()
-            result = runner.run_check(CHECKS["bench.noop"])
+            result = runner.run_step(step)
             times.append(time.perf_counter() - started)
             assert result.outcome.value == "pass", result.reason
     return times
@@ -65,8 +70,8 @@ def _starter_checks(areas: list[str], limit: int | None):
     from accelkit.conformance import loader
 
     checks = loader.load([], builtin=True)
-    selected = [c for c in loader.select(checks, areas=areas or None, world_size=4)
-                if not c.requires]
+    selected = [c.at(4) for c in loader.select(checks, areas=areas or None)
+                if 4 in c.world_sizes and not c.requires]
     return selected[:limit] if limit else selected
 
 

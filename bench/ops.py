@@ -1,4 +1,4 @@
-"""Mock device vs CPU, same process, same thread count (issue #4's speed targets).
+"""Mock device vs CPU, same process, same thread count (the mock's speed targets).
 
 Run: ``python bench/ops.py`` (``--repeat N``, ``--json``). Every case times the same op on
 CPU tensors and on mock tensors (medians of N timed batches) and prints mock/CPU with the
@@ -51,7 +51,7 @@ def _cases(device: str) -> dict[str, tuple[Callable[[], object], int]]:
     }
 
 
-#: name -> the largest mock/CPU ratio issue #4 accepts.
+#: name -> the largest mock/CPU ratio the mock's speed targets accept.
 TARGETS = {"add_1M_f32": 1.3, "matmul_1024": 1.1, "uniform_16M": 1.0, "add_8_tiny": 3.0}
 
 

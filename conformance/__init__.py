@@ -2,23 +2,30 @@
 ``parallelize_module``, collectives and checkpointing work on a backend, across real
 processes, with per-feature reports. Checks live in :mod:`accelkit.conformance.checks`.
 
-The engine (issue #3), one module per job:
+The engine, one module per job:
 
-- :mod:`~accelkit.conformance.api`: how a check is written (``@check``, ``CheckContext``);
+- :mod:`~accelkit.conformance.api`: how a check is written (``@check``, ``CHECK_DEFAULTS``,
+  ``CheckContext``);
 - :mod:`~accelkit.conformance.loader`: finding checks (catalogue, extra modules) and selection;
+- :mod:`~accelkit.conformance.options`: the options of a run, declared once for the CLI, the
+  pytest plugin and the torchrun mode; :mod:`~accelkit.conformance.session`: the backend, the
+  checks and the expectations they name;
+- :mod:`~accelkit.conformance.expectations`: the per-backend TOML of known failures;
+- :mod:`~accelkit.conformance.plan`: checks x world sizes x expectations -> what runs where;
 - :mod:`~accelkit.conformance.pool` / :mod:`~accelkit.conformance.worker`: the long-lived rank
   processes and their command loop; :mod:`~accelkit.conformance.execute`: one check on one rank
   from a clean state;
 - :mod:`~accelkit.conformance.outcomes`: outcomes and the merge of per-rank results;
-- :mod:`~accelkit.conformance.expectations`: the per-backend TOML of known failures;
-- :mod:`~accelkit.conformance.runner`: what runs where, and each check's outcome;
+- :mod:`~accelkit.conformance.runner`: executes a plan on worker pools;
+- :mod:`~accelkit.conformance.model`: the record of a run (``RunReport``);
 - :mod:`~accelkit.conformance.terminal` / :mod:`~accelkit.conformance.reports`: progress,
   summary, ``report.json`` / ``junit.xml`` / ``report.md``;
+  :mod:`~accelkit.conformance.compare`: two or more reports side by side;
 - entry points: :mod:`~accelkit.conformance.cli` (``accelkit conformance``),
   :mod:`~accelkit.conformance.pytest_plugin` (``pytest --accelkit-backend``),
   :mod:`~accelkit.conformance.torchrun` (``torchrun -m accelkit.conformance``).
 """
 
-from accelkit.conformance.api import CHECKS, CheckContext, CheckDef, Skip, check
+from accelkit.conformance.api import CHECKS, CheckContext, CheckDef, Defaults, Skip, check
 
-__all__ = ["CHECKS", "CheckContext", "CheckDef", "Skip", "check"]
+__all__ = ["CHECKS", "CheckContext", "CheckDef", "Defaults", "Skip", "check"]

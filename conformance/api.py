@@ -5,18 +5,33 @@ process group is already initialised on the backend. ``assert`` failures are FAI
 exceptions ERROR, ``ctx.skip(reason)`` SKIP. Its docstring states the behaviour checked and
 where it comes from (a PyTorch PR number or the torch API).
 
-    @check("devicemesh.mesh_1d", world_size=4)
+Its id is ``area.name``: the area is the module's name (``conformance/checks/devicemesh.py``
+holds the ``devicemesh`` checks), the name the function's. What a module's checks share (the
+world sizes they are written for, the capabilities they need) is said once, in a module-level
+``CHECK_DEFAULTS`` before the first check, as pytest modules say it in ``pytestmark``; a
+check's own arguments replace a default::
+
+    from accelkit.conformance.api import Defaults, check
+
+    CHECK_DEFAULTS = Defaults(also_at=(2, 8))
+
+    @check
     def mesh_1d(ctx):
         \"\"\"init_device_mesh builds a 1-D mesh over all ranks (PR 102336).\"\"\"
         mesh = ctx.mesh((ctx.world_size,))
         assert mesh.get_group().size() == ctx.world_size
+
+    @check(world_size=8, also_at=())
+    def mesh_3d(ctx):
+        ...
 """
 
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from accelkit.core.spec import REQUIREMENTS
@@ -42,6 +57,8 @@ class CheckDef:
     doc: str = ""
     #: Other world sizes the check is written and verified for (``--world-size N`` runs it there).
     also_at: tuple[int, ...] = ()
+    #: The module's defaults it was declared under.
+    defaults: Defaults | None = field(default=None, compare=False, repr=False)
 
     @property
     def world_sizes(self) -> tuple[int, ...]:
@@ -77,42 +94,115 @@ class CheckDef:
 #: Every check defined so far, by id (filled at import time by :func:`check`).
 CHECKS: dict[str, CheckDef] = {}
 
+#: The module-level name a check module gives its :class:`Defaults`.
+DEFAULTS_NAME = "CHECK_DEFAULTS"
 
-def check(id: str, *, world_size: int = 4, also_at: tuple[int, ...] = (),
-          requires: tuple[str, ...] | list[str] = (),
-          timeout: float | None = None) -> Callable[[Callable], Callable]:
-    """Register ``fn`` as the check ``id`` (``area.name``) run on ``world_size`` ranks.
 
-    ``also_at`` lists other world sizes the check is written for (it reads
-    ``ctx.world_size``) and has been verified at: ``--world-size N`` and a torchrun launch of N
-    ranks run it there, so a machine with 2 devices or a launch of 8 ranks still gets a report.
-    ``requires`` names capabilities from :data:`accelkit.core.spec.REQUIREMENTS`; a backend
-    lacking one gets SKIP with the reason. ``timeout`` overrides the run's per-check budget.
+@dataclass(frozen=True)
+class Defaults:
+    """What the checks of one module share (the module-level ``CHECK_DEFAULTS``): ``area``
+    (default: the module's name), ``world_size`` (default 4), ``also_at``, ``requires`` and
+    ``timeout`` as in :func:`check`, whose arguments replace them for one check."""
+
+    area: str | None = None
+    world_size: int = 4
+    also_at: tuple[int, ...] = ()
+    requires: tuple[str, ...] = ()
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "also_at", tuple(self.also_at))
+        object.__setattr__(self, "requires", tuple(self.requires))
+        if self.area is not None and not self.area.isidentifier():
+            raise ValueError(f"Defaults(area={self.area!r}): an area is a Python identifier")
+
+
+_SETTINGS = tuple(f.name for f in fields(Defaults) if f.name != "area")
+_MISSING: Any = object()
+
+
+def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tuple[int, ...] = _MISSING,
+          requires: tuple[str, ...] | list[str] = _MISSING,
+          timeout: float | None = _MISSING) -> Callable:
+    """Register ``fn`` as the check ``<area>.<fn name>``: ``@check`` or ``@check(...)``.
+
+    ``world_size`` is the number of ranks it runs on by default (4). ``also_at`` lists other
+    world sizes the check is written for (it reads ``ctx.world_size``) and has been verified
+    at: ``--world-size N`` and a torchrun launch of N ranks run it there, so a machine with 2
+    devices or a launch of 8 ranks still gets a report. ``requires`` names capabilities from
+    :data:`accelkit.core.spec.REQUIREMENTS`; a backend lacking one gets SKIP with the reason.
+    ``timeout`` overrides the run's per-check budget. Each argument given replaces the
+    module's ``CHECK_DEFAULTS`` for this check.
     """
-    if id.count(".") < 1 or not all(part.isidentifier() for part in id.split(".")):
-        raise ValueError(f"check id {id!r} must look like 'area.name' (identifiers joined by '.')")
-    unknown = [r for r in requires if r not in REQUIREMENTS]
-    if unknown:
-        raise ValueError(f"check {id!r} requires unknown capabilities {unknown}; "
-                         f"known: {', '.join(REQUIREMENTS)}")
-    if world_size < 1 or any(n < 1 for n in also_at) or world_size in also_at:
-        raise ValueError(f"check {id!r}: world sizes must be >= 1 and also_at must not repeat "
-                         f"world_size, got world_size={world_size}, also_at={also_at}")
+    if isinstance(fn, str):
+        raise TypeError(
+            f"@check({fn!r}): a check's id is <module name>.<function name>; write @check (or "
+            "@check(world_size=..., ...)) in the module of its area, e.g. "
+            "conformance/checks/<area>.py")
+    given = {k: v for k, v in (("world_size", world_size), ("also_at", also_at),
+                               ("requires", requires), ("timeout", timeout)) if v is not _MISSING}
 
     def decorate(fn: Callable) -> Callable:
-        doc = inspect.getdoc(fn) or ""
-        if not doc:
-            raise ValueError(f"check {id!r} ({fn.__module__}.{fn.__qualname__}) needs a docstring "
-                             "stating the behaviour checked and its source")
-        existing = CHECKS.get(id)
-        if existing is not None and (existing.module, existing.qualname) != (fn.__module__, fn.__qualname__):
-            raise ValueError(f"check id {id!r} defined twice: {existing.module}.{existing.qualname} "
-                             f"and {fn.__module__}.{fn.__qualname__}")
-        CHECKS[id] = CheckDef(id=id, fn=fn, world_size=world_size, requires=tuple(requires),
-                              timeout=timeout, doc=doc, also_at=tuple(also_at))
+        _register(fn, given)
         return fn
 
-    return decorate
+    return decorate if fn is None else decorate(fn)
+
+
+def _module_defaults(fn: Callable) -> Defaults:
+    defaults = fn.__globals__.get(DEFAULTS_NAME, Defaults())
+    if not isinstance(defaults, Defaults):
+        raise TypeError(f"{fn.__module__}.{DEFAULTS_NAME} is a {type(defaults).__name__}; "
+                        "make it accelkit.conformance.api.Defaults(...)")
+    return defaults
+
+
+def _register(fn: Callable, given: dict[str, Any]) -> None:
+    defaults = _module_defaults(fn)
+    settings = {name: getattr(defaults, name) for name in _SETTINGS} | given
+    area = defaults.area or fn.__module__.rsplit(".", 1)[-1]
+    check_id = f"{area}.{fn.__name__}"
+    where = f"{fn.__module__}.{fn.__qualname__}"
+    requires, also_at = tuple(settings["requires"]), tuple(settings["also_at"])
+    world_size = settings["world_size"]
+    if not area.isidentifier():
+        raise ValueError(f"check {where}: its area {area!r} (the module's name) is not an "
+                         f"identifier; set {DEFAULTS_NAME} = Defaults(area=...)")
+    unknown = [r for r in requires if r not in REQUIREMENTS]
+    if unknown:
+        raise ValueError(f"check {check_id!r} requires unknown capabilities {unknown}; "
+                         f"known: {', '.join(REQUIREMENTS)}")
+    if world_size < 1 or any(n < 1 for n in also_at) or world_size in also_at:
+        raise ValueError(f"check {check_id!r}: world sizes must be >= 1 and also_at must not "
+                         f"repeat world_size, got world_size={world_size}, also_at={also_at}")
+    doc = inspect.getdoc(fn) or ""
+    if not doc:
+        raise ValueError(f"check {check_id!r} ({where}) needs a docstring stating the behaviour "
+                         "checked and its source")
+    existing = CHECKS.get(check_id)
+    if existing is not None and (existing.module, existing.qualname) != (fn.__module__, fn.__qualname__):
+        raise ValueError(f"check id {check_id!r} defined twice: {existing.module}.{existing.qualname} "
+                         f"and {where}")
+    CHECKS[check_id] = CheckDef(id=check_id, fn=fn, world_size=world_size, requires=requires,
+                                timeout=settings["timeout"], doc=doc, also_at=also_at,
+                                defaults=defaults)
+
+
+def forget(module_name: str) -> None:
+    """Drop the checks of ``module_name`` (a module that failed to import)."""
+    for check_id in [cid for cid, c in CHECKS.items() if c.module == module_name]:
+        del CHECKS[check_id]
+
+
+def verify_defaults(module_name: str) -> None:
+    """After importing ``module_name``: its ``CHECK_DEFAULTS`` is the one its checks were
+    registered with (it must come before the first ``@check``, not after)."""
+    module = sys.modules[module_name]
+    final = getattr(module, DEFAULTS_NAME, None)
+    for c in CHECKS.values():
+        if c.module == module_name and final is not None and c.defaults is not final:
+            raise ValueError(f"{module_name}: {DEFAULTS_NAME} is set after @check {c.id!r}; "
+                             "set it before the first check of the module")
 
 
 class CheckContext:

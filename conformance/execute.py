@@ -1,13 +1,13 @@
-"""Running one check on one rank, from a clean state (issue #3).
+"""Running one check on one rank, from a clean state.
 
 Shared by the engine's pool workers and the torchrun mode. Before each check the rank is put
 back into a known state: the default process group stays; groups the previous check created
-are destroyed (tracked through ``torch.distributed.distributed_c10d._world.pg_map``); c10d's
-group counter is set to the value every rank agrees on (so the next ``new_group`` gets the same
-name everywhere, even after a check that failed on one rank only); no ambient ``with mesh:``
-is left on ``device_mesh._mesh_resources.mesh_stack`` (PR 134247); DTensor's RNG tracker is
-dropped (``torch.distributed.tensor._random._rng_tracker = None``, PR 103235); host and device
-RNGs are reseeded with the same seed on every rank; peak-memory counters are reset.
+are destroyed; c10d's group counter is set to the value every rank agrees on (so the next
+``new_group`` gets the same name everywhere, even after a check that failed on one rank only);
+no ambient ``with mesh:`` is left (PR 134247); DTensor's RNG tracker is dropped (PR 103235);
+host and device RNGs are reseeded with the same seed on every rank; peak-memory counters are
+reset. torch has no public API for the first four: :mod:`accelkit.core.torch_internals` does
+them.
 """
 
 from __future__ import annotations
@@ -20,15 +20,10 @@ from typing import Any
 
 from accelkit.conformance.api import CheckContext, CheckDef, Skip
 from accelkit.conformance.outcomes import RankResult
+from accelkit.core import torch_internals
 
 #: Every check starts from this seed on host and device.
 SEED = 1234
-
-
-def _c10d():
-    from torch.distributed import distributed_c10d
-
-    return distributed_c10d
 
 
 def device_handle(device_type: str):
@@ -82,25 +77,15 @@ def peak_memory(handle) -> tuple[float | None, float | None]:
 def reset_state(device_type: str, group_count: int, seed: int = SEED) -> None:
     """Bring this rank back to the state every check starts from (see the module docstring)."""
     import torch
-    from torch.distributed import device_mesh
-    from torch.distributed.tensor import _random
 
-    c10d = _c10d()
-    default = c10d._get_default_group()
-    for pg in list(c10d._world.pg_map):
-        if pg is not default:
-            c10d.destroy_process_group(pg)
-    c10d._world.group_count = max(c10d._world.group_count, group_count)
-    device_mesh._mesh_resources.mesh_stack.clear()
-    _random._rng_tracker = None
+    torch_internals.destroy_groups_but_the_default()
+    torch_internals.raise_group_counter(group_count)
+    torch_internals.leave_ambient_meshes()
+    torch_internals.drop_rng_tracker()
     torch.manual_seed(seed)
     handle = device_handle(device_type)
     if handle is not None and hasattr(handle, "manual_seed_all"):
         handle.manual_seed_all(seed)
-
-
-def group_count() -> int:
-    return _c10d()._world.group_count
 
 
 def _assertion_message(exc: AssertionError) -> str:
@@ -156,5 +141,5 @@ def run_on_rank(check: CheckDef, ctx: CheckContext, group_count_before: int) -> 
         result.traceback = _check_traceback(exc)
     result.duration_s = round(time.perf_counter() - start, 6)
     result.peak_host_mb, result.peak_device_mb = peak_memory(handle)
-    result.group_count = group_count()
+    result.group_count = torch_internals.group_counter()
     return result

@@ -1,14 +1,18 @@
-"""Expectations: what a backend is known not to do yet, in a plain TOML file (issue #3).
+"""Expectations: what a backend is known not to do yet, in a plain TOML file.
 
 Each backend ships one (``BackendSpec.expectations``); ``--expectations FILE`` replaces it.
 Format::
 
     # expectations for backend "mock"
-    [checks."rng.offset_exact_shard0"]
+    [checks."rng.offset_exact"]
     status = "xfail"                      # or "skip"
     reason = "dropout falls back to the CPU generator"
     link = "https://github.com/org/repo/issues/12"    # optional
     torch = ">=2.13,<2.15"                # optional: applies only to these torch versions
+
+    [checks."collectives.all_reduce_64mib@8"]   # only the run of the check on 8 ranks
+    status = "skip"
+    reason = "8 x 64 MiB exhausts the test machine's device memory"
 
 ``status = "xfail"``: the check runs; FAIL/ERROR/TIMEOUT/CRASH become XFAIL (the actual outcome
 stays in the report), PASS becomes XPASS (a failure under ``--strict``: the expectation is
@@ -16,7 +20,9 @@ stale). ``status = "skip"``: the check does not run (SKIP with the reason); use 
 that would crash or hang. ``torch`` is a comma-separated list of ``>=``, ``>``, ``<=``, ``<``,
 ``==``, ``!=`` clauses on release numbers (``2.13`` compares as ``2.13.0``; local parts such as
 ``+cpu`` are ignored). Only the ``checks`` and ``upstream`` tables are allowed at the top
-level, only the keys above in an entry. An id no check has is an error naming it and the closest known ids (catches typos);
+level, only the keys above in an entry. ``"id@N"`` limits an entry to the check's run on ``N``
+ranks (one of the sizes it is written for) and wins over a plain ``"id"`` entry. An id no check
+has is an error naming it and the closest known ids (catches typos);
 a malformed file is an error naming the file and the line or key.
 
 The same file may hold an ``[upstream]`` table for ``accelkit upstream`` (PyTorch's own tests):
@@ -39,8 +45,10 @@ import difflib
 import fnmatch
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,10 +75,23 @@ class Expectation:
     reason: str
     link: str | None = None
     torch: str | None = None
+    #: The world size an ``"id@N"`` entry is limited to; None for every size.
+    world_size: int | None = None
+
+    @property
+    def key(self) -> str:
+        """The entry's key in the file: ``id`` or ``id@N``."""
+        return self.check_id if self.world_size is None else f"{self.check_id}@{self.world_size}"
 
     def to_dict(self) -> dict:
-        return {"status": self.status, "reason": self.reason, "link": self.link,
-                "torch": self.torch}
+        return {"key": self.key, "status": self.status, "reason": self.reason,
+                "link": self.link, "torch": self.torch}
+
+
+def lookup(expectations: Mapping[str, Expectation], check_id: str,
+           world_size: int) -> Expectation | None:
+    """The expectation for ``check_id`` run on ``world_size`` ranks: ``id@N`` wins over ``id``."""
+    return expectations.get(f"{check_id}@{world_size}") or expectations.get(check_id)
 
 
 def _release(version: str) -> tuple[int, ...]:
@@ -124,6 +145,14 @@ def _line_of(text: str, check_id: str, table: str = "checks") -> int | None:
     return None
 
 
+def _split_key(key: str) -> tuple[str, int | None] | None:
+    """``"id"`` -> (id, None), ``"id@N"`` -> (id, N); None when N is not a positive integer."""
+    check_id, at, size = key.partition("@")
+    if not at:
+        return check_id, None
+    return (check_id, int(size)) if size.isdigit() and int(size) > 0 else None
+
+
 def _read(path: Path) -> tuple[str, dict]:
     """The file's text and parsed TOML; only the known top-level tables are allowed."""
     try:
@@ -170,8 +199,11 @@ def _entry(where: str, key: str, entry: dict, allowed: set[str],
         raise ExpectationsError(f"{where}: {key}.torch: {exc}") from None
 
 
-def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str, Expectation]:
-    """Parse ``path``; return the expectations that apply to ``torch_version``, by check id."""
+def load(path: str | Path, known: Mapping[str, Any] | set[str],
+         torch_version: str) -> dict[str, Expectation]:
+    """Parse ``path``; return the expectations that apply to ``torch_version``, by key (``id``
+    or ``id@N``). ``known`` holds the check ids (a mapping to check definitions also checks
+    that an ``id@N`` entry names one of the check's world sizes)."""
     path = Path(path)
     text, data = _read(path)
     entries = data.get("checks", {})
@@ -192,14 +224,25 @@ def load(path: str | Path, known_ids: set[str], torch_version: str) -> dict[str,
                 f"{where}: [checks.{check_id}.{nested}] looks like an unquoted id; write "
                 f"[checks.\"{check_id}.{nested}\"]")
         key = f"checks.\"{check_id}\""
-        if check_id not in known_ids:
-            close = difflib.get_close_matches(check_id, sorted(known_ids), n=3, cutoff=0.6)
+        split = _split_key(check_id)
+        if split is None:
+            raise ExpectationsError(
+                f"{where}: {key}: after '@' comes the world size the entry applies to, a "
+                "positive integer (e.g. \"collectives.all_reduce_sum@8\")")
+        base_id, world_size = split
+        if base_id not in known:
+            close = difflib.get_close_matches(base_id, sorted(known), n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else ""
-            raise ExpectationsError(f"{where}: unknown check id {check_id!r}{hint}")
+            raise ExpectationsError(f"{where}: unknown check id {base_id!r}{hint}")
+        sizes = getattr(known[base_id], "world_sizes", None) if isinstance(known, Mapping) else None
+        if world_size is not None and sizes is not None and world_size not in sizes:
+            raise ExpectationsError(
+                f"{where}: {key}: {base_id} is written for world sizes "
+                f"{', '.join(map(str, sizes))}, not {world_size}")
         if not _entry(where, key, entry, _KEYS, torch_version):
             continue
-        result[check_id] = Expectation(check_id, entry["status"], entry["reason"].strip(),
-                                       entry.get("link"), entry.get("torch"))
+        result[check_id] = Expectation(base_id, entry["status"], entry["reason"].strip(),
+                                       entry.get("link"), entry.get("torch"), world_size)
     return result
 
 

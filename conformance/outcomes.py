@@ -1,4 +1,4 @@
-"""Check outcomes and how per-rank results merge into one (issue #3).
+"""Check outcomes and how per-rank results merge into one.
 
 A check runs on every rank; each rank reports a :class:`RankResult`. :func:`merge` turns them
 into the check's :class:`Outcome`: a dead rank makes it CRASH, a missing answer TIMEOUT, then
@@ -64,7 +64,8 @@ class CheckResult:
     """The merged result of one check, as every report shows it."""
 
     id: str
-    world_size: int
+    #: The ranks it ran on; None for a test that makes its own groups (``accelkit upstream``).
+    world_size: int | None
     outcome: Outcome
     reason: str = ""
     duration_s: float = 0.0
@@ -76,6 +77,16 @@ class CheckResult:
     @property
     def area(self) -> str:
         return self.id.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.id.split(".", 1)[1]
+
+    @property
+    def key(self) -> str:
+        """``id@N``: the check on N ranks, as reports, expectations and comparisons name it
+        (``id`` without a world size)."""
+        return self.id if self.world_size is None else f"{self.id}@{self.world_size}"
 
     def peak_mb(self, which: str) -> float | None:
         """The largest per-rank peak (``"host"`` or ``"device"``), in MiB, or None."""

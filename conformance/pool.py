@@ -1,4 +1,4 @@
-"""The engine's worker pool: ``world_size`` long-lived rank processes for one backend (issue #3).
+"""The engine's worker pool: ``world_size`` long-lived rank processes for one backend.
 
 Spawning and initialising a process group costs seconds (5-7 s for 4 ranks on gloo here), so a
 pool does it once and then runs checks on command: one pickled message per rank over a
@@ -6,7 +6,9 @@ socketpair, one :class:`~accelkit.conformance.outcomes.RankResult` back. Workers
 interpreters (``python -m accelkit.conformance.worker``) in their own process group, so
 teardown kills the whole group (and anything a check started) and reaps every rank: no zombie
 is left. A hung check (TIMEOUT) or a dead rank (CRASH) tears the pool down; the caller builds a
-new one for the next check. Worker output goes to per-rank log files; their tail since the
+new one for the next check. So does a check that failed on some ranks while the others, still
+waiting for them in a collective, do not answer within seconds (the check is FAIL or ERROR at
+once, not a TIMEOUT after its whole budget). Worker output goes to per-rank log files; their tail since the
 check started is attached to the ranks that hung or died.
 """
 
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from accelkit.conformance.outcomes import RankResult
 
-#: Where mockccl's shared-memory segments live (interfaces.md #3).
+#: Where mockccl's shared-memory segments live, and the prefix of their names.
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "accelkit_mockccl_"
 
@@ -99,7 +101,8 @@ class Pool:
             config = {"rank": rank, "world_size": self.world_size, "backend": self.backend,
                       "modules": modules, "builtin": builtin, "pg_timeout_s": pg_timeout_s,
                       "memory_limit_mb": memory_limit_mb}
-            env = dict(os.environ, OMP_NUM_THREADS="1", RANK=str(rank), LOCAL_RANK=str(rank),
+            env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+                       RANK=str(rank), LOCAL_RANK=str(rank),
                        WORLD_SIZE=str(self.world_size), LOCAL_WORLD_SIZE=str(self.world_size),
                        MASTER_ADDR="127.0.0.1")
             log = Path(self._logdir.name) / f"rank{rank}.log"
@@ -123,7 +126,8 @@ class Pool:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise PoolStartError(
-                    f"rank {rank} did not finish start-up in time; its log:\n{self._log_tail(rank)}")
+                    f"rank {rank} did not finish start-up in time; its output:\n"
+                    f"{self._log_tail(rank).strip() or '(none)'}")
             if conn.poll(min(left, 0.5)):
                 try:
                     return conn.recv()
@@ -131,25 +135,36 @@ class Pool:
                     self.procs[rank].wait(timeout=5)
                     raise PoolStartError(
                         f"rank {rank} died during start-up "
-                        f"({_exit_text(self.procs[rank].returncode)}); its log:\n"
-                        f"{self._log_tail(rank)}") from None
+                        f"({_exit_text(self.procs[rank].returncode)}); its output:\n"
+                        f"{self._log_tail(rank).strip() or '(none)'}") from None
 
     def _handshake(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         first = self._recv(0, deadline)
         if first["type"] == "failed":
-            raise PoolStartError(f"rank 0: {first['error']}\n{first['traceback']}")
+            raise PoolStartError(self._failed(0, first))
         for conn in self.conns[1:]:
             conn.send({"type": "store", "port": first["port"]})
         errors = []
         for rank in range(self.world_size):
             msg = self._recv(rank, deadline)
             if msg["type"] == "failed":
-                errors.append(f"rank {rank}: {msg['error']}\n{msg['traceback']}")
+                errors.append(self._failed(rank, msg))
             elif rank == 0:
                 self.device = msg["device"]
         if errors:
             raise PoolStartError("\n".join(errors))
+
+    def _failed(self, rank: int, msg: dict) -> str:
+        """A rank's start-up failure: its error, traceback and its log (what the backend's
+        native code printed), once the rank has exited."""
+        try:
+            self.procs[rank].wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        log = self._log_tail(rank).strip()
+        shown = f"\nits output:\n{log}" if log else "\n(it printed nothing)"
+        return f"rank {rank}: {msg['error']}\n{msg['traceback'].rstrip()}{shown}"
 
     # -- running ----------------------------------------------------------------------------
     def _log_size(self, rank: int) -> int:
@@ -166,20 +181,32 @@ class Pool:
         except OSError:
             return ""
 
+    #: Seconds the other ranks get to answer once one rank FAILed or ERRORed: past that they
+    #: are taken to wait for it in a collective, marked aborted, and the pool is rebuilt.
+    out_of_step_s = 10.0
+
     def run(self, check_id: str, timeout_s: float) -> tuple[list[RankResult], str | None]:
         """Run ``check_id`` on every rank. Returns the per-rank results and, when the pool had
-        to be torn down, why (``"timeout"`` or ``"crash"``)."""
+        to be torn down, why (``"timeout"``, ``"crash"`` or ``"out of step"``: a rank failed
+        and the others did not answer within :attr:`out_of_step_s`)."""
         if not self.alive:
             raise RuntimeError("the pool is closed")
         offsets = [self._log_size(r) for r in range(self.world_size)]
-        for conn in self.conns:
-            conn.send({"type": "run", "id": check_id, "group_count": self.group_count})
         results: dict[int, RankResult] = {}
         dead: dict[int, str] = {}
+        pending = {}
+        for rank, conn in enumerate(self.conns):
+            try:
+                conn.send({"type": "run", "id": check_id, "group_count": self.group_count})
+                pending[conn] = rank
+            except OSError:  # the rank died since the last check (BrokenPipeError)
+                dead[rank] = self._ended(rank)
         deadline = time.monotonic() + timeout_s
-        pending = {conn: rank for rank, conn in enumerate(self.conns)}
+        failed_at = None  # when a rank first reported FAIL or ERROR
         while pending:
             left = deadline - time.monotonic()
+            if failed_at is not None:
+                left = min(left, failed_at + self.out_of_step_s - time.monotonic())
             if left <= 0:
                 break
             # after a death, give the other ranks a moment to report (or die) too
@@ -191,8 +218,10 @@ class Pool:
                 try:
                     results[rank] = conn.recv()
                 except (EOFError, OSError):
-                    self.procs[rank].wait()
-                    dead[rank] = _exit_text(self.procs[rank].returncode)
+                    dead[rank] = self._ended(rank)
+                    continue
+                if failed_at is None and results[rank].status in ("fail", "error"):
+                    failed_at = time.monotonic()
         if dead:
             for rank, how in dead.items():
                 results[rank] = RankResult(rank=rank, status="crash", message=f"died: {how}",
@@ -202,6 +231,15 @@ class Pool:
                                            message="aborted: pool torn down after a rank died")
             self.close(graceful=False)
             return [results[r] for r in range(self.world_size)], "crash"
+        if pending and failed_at is not None and time.monotonic() < deadline:
+            # the ranks that failed left; the others wait for them in a collective
+            for rank in pending.values():
+                results[rank] = RankResult(
+                    rank=rank, status="aborted",
+                    message=f"aborted: no answer {self.out_of_step_s:g} s after another rank "
+                            "failed (waiting for it in a collective?)")
+            self.close(graceful=False)
+            return [results[r] for r in range(self.world_size)], "out of step"
         if pending:
             self._dump_stacks(list(pending.values()))
             for rank in pending.values():
@@ -213,6 +251,16 @@ class Pool:
         ordered = [results[r] for r in range(self.world_size)]
         self.group_count = max(r.group_count for r in ordered)
         return ordered, None
+
+    def _ended(self, rank: int, grace_s: float = 2.0) -> str:
+        """How a rank whose connection closed ended: its exit status, or, when it is still
+        alive after ``grace_s`` (it closed the socket and went on), that fact; the teardown
+        that follows kills it."""
+        try:
+            self.procs[rank].wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            return "closed its connection to the engine but did not exit (killed)"
+        return _exit_text(self.procs[rank].returncode)
 
     def _dump_stacks(self, ranks: list[int]) -> None:
         """Ask hung ranks for every thread's stack (faulthandler on SIGUSR1) before the kill."""
@@ -226,9 +274,13 @@ class Pool:
     def sync(self, timeout_s: float = 10.0) -> bool:
         """A barrier on the default group; False (and the pool closed) if it does not complete,
         which means the ranks' collectives went out of step."""
-        for conn in self.conns:
-            conn.send({"type": "sync"})
         deadline = time.monotonic() + timeout_s
+        try:
+            for conn in self.conns:
+                conn.send({"type": "sync"})
+        except OSError:  # a rank is gone (BrokenPipeError)
+            self.close(graceful=False)
+            return False
         for conn in self.conns:
             left = deadline - time.monotonic()
             try:

@@ -1,41 +1,29 @@
 """pytest plugin (entry point ``pytest11: accelkit``): ``pytest --accelkit-backend NAME`` adds
-every selected conformance check as a pytest item, so a vendor's pytest/CI setup runs them and
-gets pytest's own reports (``--junitxml``, ``-k``, ``-x``...). Issue #3.
+every planned conformance check as a pytest item, so a vendor's pytest/CI setup runs them and
+gets pytest's own reports (``--junitxml``, ``-k``, ``-x``...).
 
-Without ``--accelkit-backend`` the plugin only declares its options: nothing is imported and
-no item is added, so ordinary pytest runs are unaffected. With it, items are named
-``accelkit::<check id>`` (the JUnit test name is the check id), ordered by world size; one worker pool per world size is shared by
-its items and torn down at the end of the session (or when the next world size starts).
-Expectations become pytest markers: ``xfail`` -> ``pytest.mark.xfail(strict=--accelkit-strict)``,
-``skip`` -> ``pytest.mark.skip``. FAIL, ERROR, TIMEOUT and CRASH fail the item with the per-rank
-details; SKIP and UNAVAILABLE skip it with the reason.
+Without ``--accelkit-backend`` the plugin only declares its options (the same as
+``accelkit conformance``'s, prefixed ``--accelkit-``: :mod:`~accelkit.conformance.options`):
+nothing is imported and no item is added, so ordinary pytest runs are unaffected. With it, the
+plan is :func:`accelkit.conformance.plan.make_plan`'s, executed by the pool engine's
+:class:`~accelkit.conformance.runner.Runner`: items are ordered by world size, one worker pool
+per world size is shared by its items and torn down at the end of the session (or when the
+next world size starts). An item's node id is ``accelkit/conformance/<area>::<name>@N``, so
+pytest's JUnit names it like ``accelkit conformance`` does (``classname``
+``accelkit.conformance.<area>``, ``name`` ``<name>@N``). Expectations become pytest markers:
+``xfail`` -> ``pytest.mark.xfail(strict=--accelkit-strict)``, ``skip`` -> ``pytest.mark.skip``.
+FAIL, ERROR, TIMEOUT and CRASH fail the item with the per-rank details; SKIP and UNAVAILABLE
+skip it with the reason. ``--accelkit-report-dir`` also writes accelkit's own reports.
 """
 
 from __future__ import annotations
 
 import pytest
+from accelkit.conformance import options as options_mod
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("accelkit", "accelkit conformance checks")
-    group.addoption("--accelkit-backend", metavar="NAME",
-                    help="run the accelkit conformance checks on backend NAME as pytest items")
-    group.addoption("--accelkit-area", action="append", default=[], metavar="AREA",
-                    help="only checks of this area (repeatable)")
-    group.addoption("--accelkit-world-size", type=int, metavar="N",
-                    help="only checks written for N ranks")
-    group.addoption("--accelkit-checks-module", action="append", default=[], metavar="MODULE",
-                    help="also load checks from this module (dotted name or .py path)")
-    group.addoption("--accelkit-no-builtin-checks", action="store_true",
-                    help="do not load the built-in catalogue")
-    group.addoption("--accelkit-timeout", type=float, default=60.0, metavar="S",
-                    help="per-check budget in seconds (default 60)")
-    group.addoption("--accelkit-expectations", metavar="FILE",
-                    help="expectations TOML to use instead of the backend's own")
-    group.addoption("--accelkit-strict", action="store_true",
-                    help="an unexpected pass of an xfail expectation fails the item")
-    group.addoption("--accelkit-memory-limit", type=int, metavar="MIB",
-                    help="per-rank RLIMIT_DATA growth allowed, in MiB")
+    options_mod.add_to_pytest(parser)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,26 +40,27 @@ class CheckDidNotPass(Exception):
 
 
 class CheckItem(pytest.Item):
-    """One conformance check run on the shared pool of its world size."""
+    """One planned step (a check on its world size), run on the shared pool of that size."""
 
-    def __init__(self, *, check, plugin, **kwargs) -> None:
+    def __init__(self, *, step, plugin, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.check = check
+        self.step = step
         self.plugin = plugin
 
     def runtest(self) -> None:
         from accelkit.conformance.outcomes import Outcome
 
-        result = self.plugin.runner().run_check(self.check)
-        if result.outcome in (Outcome.SKIP, Outcome.UNAVAILABLE):
-            pytest.skip(f"{result.outcome.label}: {result.reason}")
-        if result.outcome is not Outcome.PASS:
+        result = self.plugin.runner.run_step(self.step)
+        actual = result.actual or result.outcome  # pytest's xfail marker judges the raw one
+        if actual in (Outcome.SKIP, Outcome.UNAVAILABLE):
+            pytest.skip(f"{actual.label}: {result.reason}")
+        if actual is not Outcome.PASS:
             raise CheckDidNotPass(result)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CheckDidNotPass):
             r = excinfo.value.result
-            parts = [f"{r.outcome.label}: {r.id} on {r.world_size} ranks", r.reason]
+            parts = [f"{(r.actual or r.outcome).label}: {r.id} on {r.world_size} ranks", r.reason]
             for rank in r.ranks:
                 if rank.status not in ("pass", "skip"):
                     parts.append(f"--- rank {rank.rank} ({rank.status}) ---\n"
@@ -80,48 +69,35 @@ class CheckItem(pytest.Item):
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
-        return self.path, None, f"accelkit::{self.check.id}"
+        return self.path, None, self.nodeid
 
 
 class _Conformance:
     """Registered only when ``--accelkit-backend`` is given."""
 
     def __init__(self, config: pytest.Config) -> None:
-        import argparse
+        from accelkit.conformance.runner import Runner, plan_session
+        from accelkit.conformance.session import UsageError, resolve
 
-        from accelkit.conformance import cli
-
-        args = argparse.Namespace(
-            backend=config.getoption("accelkit_backend"),
-            area=config.getoption("accelkit_area"), patterns=[],
-            timeout=config.getoption("accelkit_timeout"),
-            expectations=config.getoption("accelkit_expectations"),
-            strict=config.getoption("accelkit_strict"),
-            modules=config.getoption("accelkit_checks_module"),
-            builtin=not config.getoption("accelkit_no_builtin_checks"),
-            memory_limit_mb=config.getoption("accelkit_memory_limit"))
+        self.options = options_mod.from_pytest(config)
         try:
-            self.spec, self.options, self.selected, self.expectations = cli.resolve(
-                args, config.getoption("accelkit_world_size"))
-        except cli.UsageError as exc:
+            session = resolve(self.options)
+        except UsageError as exc:
             raise pytest.UsageError(f"accelkit: {exc}") from None
-        self._runner = None
-
-    def runner(self):
-        if self._runner is None:
-            from accelkit.conformance.runner import Runner
-
-            # expectations are applied by pytest's own xfail/skip markers
-            self._runner = Runner(self.spec, self.options)
-        return self._runner
+        self.plan, report = plan_session(session)
+        report.mode = "pytest"
+        self.runner = Runner(session.spec, self.options, report=report)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config, items) -> None:
         added = []
-        for check in self.selected:
-            item = CheckItem.from_parent(session, name=check.id, nodeid=f"accelkit::{check.id}",
-                                         check=check, plugin=self)
-            exp = self.expectations.get(check.id)
+        for step in self.plan.steps:
+            check = step.check
+            item = CheckItem.from_parent(
+                session, name=f"{check.name}@{check.world_size}",
+                nodeid=f"accelkit/conformance/{check.area}::{check.name}@{check.world_size}",
+                step=step, plugin=self)
+            exp = step.expectation
             if exp is not None and exp.status == "xfail":
                 item.add_marker(pytest.mark.xfail(reason=exp.reason, strict=self.options.strict))
             elif exp is not None:
@@ -133,5 +109,8 @@ class _Conformance:
             "accelkit", "passed", None, result=added))
 
     def pytest_sessionfinish(self, session) -> None:
-        if self._runner is not None:
-            self._runner.close()
+        from accelkit.conformance import reports
+
+        self.runner.close()
+        if self.options.report_dir and self.runner.report.results:
+            reports.write(self.runner.report, self.options.report_dir)

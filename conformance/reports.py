@@ -1,32 +1,44 @@
-"""Report files written by ``--report-dir`` (issue #3): ``report.json`` (schema
-:data:`SCHEMA`), ``junit.xml`` (one ``testsuite`` per area, for CI systems) and ``report.md``
-(a report card a vendor can publish: per area, per check, what works).
+"""Report files written by ``--report-dir``: ``report.json`` (schema :data:`SCHEMA`),
+``junit.xml`` (one ``testsuite`` per area, for CI systems) and ``report.md`` (a report card a
+vendor can publish: per area, per check, what works).
 
-``report.json`` (``"schema": "accelkit.conformance/1"``) holds: ``backend`` (name, device type,
-collective backend, process-group backend string, capabilities, origin), ``device`` (as rank 0
-saw it), ``torch``, ``python``, ``host``, ``started``, ``duration_s``, ``world_sizes``,
-``options`` (timeout, strict, extra modules, memory limit), ``expectations`` (file used),
-``unavailable`` (reason or null), ``aborted``
-(torchrun mode: why the run stopped early, or null), ``mode`` (``pool`` or ``torchrun``), ``summary`` (counts per outcome + total), ``areas`` (counts and
-time per area), ``pool_starts`` (world size, seconds, why, worker pids) and ``checks``: id, area, world_size,
-requires, doc, outcome, actual (the outcome an expectation replaced), reason, duration_s,
-pool_start_s, peak_host_mb / peak_device_mb (the largest rank's), expectation, ranks (rank, status, message, traceback, duration_s, peak_host_mb, peak_device_mb,
-returned, exit, log_tail).
+Entry points, for any :class:`~accelkit.conformance.model.RunReport` (whoever made it):
+:func:`write` (the three files), :func:`to_json`, :func:`to_junit`, :func:`to_markdown`;
+:func:`read_json` loads a ``report.json`` back (``accelkit compare``).
+
+Every check appears as ``<area>.<name>`` run on ``N`` ranks, keyed ``<area>.<name>@N``; in
+JUnit (the CLI's and the pytest plugin's alike) as ``classname="accelkit.conformance.<area>"``,
+``name="<name>@N"``.
+
+``report.json`` (``"schema": "accelkit.conformance/2"``) holds: ``backend`` (name, device type,
+collective backend, process-group backend string, capabilities, origin), ``versions``
+(accelkit, torch, python, the backend's distribution and its version), ``settings`` (the
+backend's settings and modes, ``BackendSpec.settings``), ``device`` (as rank 0 saw it),
+``host``, ``started``, ``duration_s``, ``world_sizes``, ``options`` (areas, patterns, world
+sizes, timeout, strict, extra modules, builtin, memory limit), ``expectations`` (file used),
+``unavailable`` (reason or null), ``aborted`` (why the run stopped early, or null), ``error``
+(why no check could run, with the whole exception, or null), ``left_out`` (checks not
+written for the requested world sizes: id and the sizes they are written for), ``mode``
+(``pool``, ``pytest`` or ``torchrun``), ``summary`` (counts per outcome + total), ``areas``
+(counts and time per area), ``pool_starts`` (world size, seconds, why, worker pids) and
+``checks``: key, id, area, world_size, requires, doc, outcome, actual (the outcome an
+expectation replaced), reason (complete, every line), duration_s, pool_start_s,
+peak_host_mb / peak_device_mb (the largest rank's), expectation, ranks (rank, status, message,
+traceback, duration_s, peak_host_mb, peak_device_mb, returned, exit, log_tail).
 """
 
 from __future__ import annotations
 
 import json
-import platform
 import xml.etree.ElementTree as ET
 from dataclasses import asdict
 from pathlib import Path
 
 from accelkit.conformance.api import CHECKS
+from accelkit.conformance.model import RunReport
 from accelkit.conformance.outcomes import ORDER, CheckResult, Outcome
-from accelkit.conformance.runner import RunReport
 
-SCHEMA = "accelkit.conformance/1"
+SCHEMA = "accelkit.conformance/2"
 
 _MARK = {Outcome.PASS: "✅ pass", Outcome.FAIL: "❌ FAIL", Outcome.ERROR: "❌ ERROR",
          Outcome.TIMEOUT: "⏱️ TIMEOUT", Outcome.CRASH: "💥 CRASH", Outcome.SKIP: "⏭️ skip",
@@ -42,13 +54,37 @@ def _doc_line(check_id: str) -> str:
     return " ".join(check.doc.strip().split("\n\n")[0].split())
 
 
+def junit_names(result: CheckResult) -> tuple[str, str]:
+    """(classname, name) of a check's JUnit test case (the pytest plugin's items match)."""
+    return f"accelkit.conformance.{result.area}", result.key.split(".", 1)[1]
+
+
+def left_out_text(report: RunReport) -> str:
+    """One line naming the checks ``--world-size`` left out, or ''."""
+    if not report.left_out:
+        return ""
+    sizes = ", ".join(map(str, report.options.world_sizes))
+    named = ", ".join(f"{c.id} (written for {', '.join(map(str, c.world_sizes))})"
+                      for c in report.left_out)
+    return f"{len(report.left_out)} check(s) not written for world size {sizes}, not run: {named}"
+
+
+def versions_text(report: RunReport) -> str:
+    v = report.versions
+    dist = v.get("backend_distribution")
+    parts = [f"accelkit {v.get('accelkit')}", f"torch {v.get('torch')}", f"python {v.get('python')}"]
+    if dist and dist["name"] != "accelkit":  # a built-in backend ships with accelkit
+        parts.append(f"{dist['name']} {dist['version']}")
+    return ", ".join(parts)
+
+
 def to_json(report: RunReport) -> dict:
     spec = report.spec
     checks = []
     for r in report.results:
         check = CHECKS.get(r.id)
         checks.append({
-            "id": r.id, "area": r.area, "world_size": r.world_size,
+            "key": r.key, "id": r.id, "area": r.area, "world_size": r.world_size,
             "requires": list(check.requires) if check else [],
             "doc": check.doc if check else "",
             "outcome": r.outcome.value, "actual": r.actual.value if r.actual else None,
@@ -66,19 +102,19 @@ def to_json(report: RunReport) -> dict:
                     "collective_backend": spec.collective_backend,
                     "process_group_backend": spec.process_group_backend,
                     "capabilities": asdict(spec.capabilities), "origin": spec.origin},
+        "versions": report.versions,
+        "settings": report.settings,
         "device": report.device,
-        "torch": report.torch,
-        "python": platform.python_version(),
         "host": report.host,
         "started": report.started,
         "duration_s": report.duration_s,
         "world_sizes": report.world_sizes,
-        "options": {"timeout_s": report.options.timeout_s, "strict": report.options.strict,
-                    "modules": report.options.modules, "builtin": report.options.builtin,
-                    "memory_limit_mb": report.options.memory_limit_mb},
-        "expectations": report.options.expectations_path,
+        "options": report.options.to_dict(),
+        "expectations": report.options.expectations,
         "unavailable": report.unavailable,
         "aborted": report.aborted,
+        "error": report.error,
+        "left_out": [{"id": c.id, "world_sizes": list(c.world_sizes)} for c in report.left_out],
         "mode": report.mode,
         "summary": report.counts(),
         "areas": areas,
@@ -87,12 +123,35 @@ def to_json(report: RunReport) -> dict:
     }
 
 
-def _junit_case(suite: ET.Element, r: CheckResult, strict: bool) -> None:
-    case = ET.SubElement(suite, "testcase", classname=f"accelkit.conformance.{r.area}",
-                         name=r.id.split(".", 1)[1], time=f"{r.duration_s:.3f}")
-    detail = r.reason + "".join(
+def read_json(path: str | Path) -> dict:
+    """A ``report.json`` written by :func:`write`; ValueError naming the file when it is not
+    one (or of another schema)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else type(data).__name__
+        raise ValueError(f"{path} is not an accelkit conformance report of schema {SCHEMA} "
+                         f"(found {found!r})")
+    return data
+
+
+def _detail(r: CheckResult) -> str:
+    """The full reason and, per rank that did not pass, its traceback and log."""
+    return r.reason + "".join(
         f"\n\n--- rank {k.rank} ({k.status}) ---\n{k.traceback or k.message}{k.log_tail}"
         for k in r.ranks if k.status not in ("pass", "skip"))
+
+
+def _junit_case(suite: ET.Element, r: CheckResult, strict: bool) -> None:
+    classname, name = junit_names(r)
+    case = ET.SubElement(suite, "testcase", classname=classname, name=name,
+                         time=f"{r.duration_s:.3f}")
+    detail = _detail(r)
     first = r.first_line
     if r.outcome is Outcome.FAIL:
         ET.SubElement(case, "failure", message=first, type="FAIL").text = detail
@@ -105,12 +164,33 @@ def _junit_case(suite: ET.Element, r: CheckResult, strict: bool) -> None:
                       type=r.outcome.label).text = detail
     props = ET.Element("properties")
     ET.SubElement(props, "property", name="outcome", value=r.outcome.value)
-    ET.SubElement(props, "property", name="world_size", value=str(r.world_size))
+    if r.world_size is not None:
+        ET.SubElement(props, "property", name="world_size", value=str(r.world_size))
+    if r.actual is not None:
+        ET.SubElement(props, "property", name="actual", value=r.actual.value)
     case.insert(0, props)
+
+
+def _suite_properties(suite: ET.Element, report: RunReport) -> None:
+    props = ET.SubElement(suite, "properties")
+    values = {"backend": report.spec.name, "versions": versions_text(report)}
+    values.update({f"setting.{k}": v for k, v in report.settings.items()})
+    if report.left_out:
+        values["left_out"] = left_out_text(report)
+    for name, value in values.items():
+        ET.SubElement(props, "property", name=name, value=value)
 
 
 def to_junit(report: RunReport) -> ET.ElementTree:
     root = ET.Element("testsuites", name=f"accelkit conformance ({report.spec.name})")
+    if report.error is not None:  # nothing ran: one failing case carrying the error
+        suite = ET.SubElement(root, "testsuite", name="accelkit", tests="1", failures="0",
+                              errors="1", skipped="0", time="0.000")
+        _suite_properties(suite, report)
+        case = ET.SubElement(suite, "testcase", classname="accelkit.conformance",
+                             name="load_checks", time="0.000")
+        ET.SubElement(case, "error", message=report.error.splitlines()[0],
+                      type="ERROR").text = report.error
     for area, results in report.by_area().items():
         counts = report.counts(results)
         failures = counts["fail"] + (counts["xpass"] if report.options.strict else 0)
@@ -119,10 +199,16 @@ def to_junit(report: RunReport) -> ET.ElementTree:
         suite = ET.SubElement(root, "testsuite", name=area, tests=str(len(results)),
                               failures=str(failures), errors=str(errors), skipped=str(skipped),
                               time=f"{sum(r.duration_s for r in results):.3f}")
+        _suite_properties(suite, report)
         for r in results:
             _junit_case(suite, r, report.options.strict)
     ET.indent(root)
     return ET.ElementTree(root)
+
+
+def _cell(text: str) -> str:
+    """Text for a Markdown table cell: every line kept (``<br>``), pipes escaped."""
+    return "<br>".join(line.replace("|", "\\|") for line in text.strip().splitlines())
 
 
 def to_markdown(report: RunReport) -> str:
@@ -135,18 +221,26 @@ def to_markdown(report: RunReport) -> str:
              f"{'× ' + str(dev['count']) if dev.get('count') else ''} |",
              f"| collectives | `{spec.process_group_backend}` |",
              f"| RNG class | `{spec.capabilities.rng}` |",
-             f"| torch | {report.torch} |",
+             f"| versions | {versions_text(report)} |",
              f"| world sizes | {', '.join(map(str, report.world_sizes)) or '-'} |",
-             f"| run | {report.started}, {report.duration_s:.1f} s |", ""]
+             f"| run | {report.started}, {report.duration_s:.1f} s |"]
+    if report.settings:
+        lines.append("| settings | " + ", ".join(f"`{k}={v}`" for k, v in report.settings.items())
+                     + " |")
+    lines.append("")
+    if report.error:
+        lines += ["**No check could run:**", "", "```", report.error, "```", ""]
     if report.unavailable:
         lines += [f"**Unavailable here:** {report.unavailable}", ""]
     if report.aborted:
         lines += [f"**Run aborted:** {report.aborted}", ""]
+    if report.left_out:
+        lines += [f"**Left out:** {left_out_text(report)}", ""]
     verdict = "❌ not conformant" if not report.ok() else (
         "— not run" if report.unavailable else "✅ conformant (every check passed, was skipped "
         "for a stated reason, or is a documented known failure)")
-    lines += [f"**Result: {verdict}** — " + ", ".join(
-        f"{counts[o.value]} {o.value}" for o in ORDER if counts[o.value]), ""]
+    lines += [f"**Result: {verdict}** — " + (", ".join(
+        f"{counts[o.value]} {o.value}" for o in ORDER if counts[o.value]) or "no check ran"), ""]
     lines += ["| area | " + " | ".join(o.value for o in ORDER) + " | total |",
               "|---|" + "---:|" * (len(ORDER) + 1)]
     for area, results in report.by_area().items():
@@ -154,14 +248,14 @@ def to_markdown(report: RunReport) -> str:
         lines.append(f"| {area} | " + " | ".join(str(c[o.value]) for o in ORDER)
                      + f" | {c['total']} |")
     for area, results in report.by_area().items():
-        lines += ["", f"## {area}", "", "| check | result | what it checks | note |",
-                  "|---|---|---|---|"]
+        lines += ["", f"## {area}", "", "| check | ranks | result | what it checks | note |",
+                  "|---|---:|---|---|---|"]
         for r in results:
-            note = r.first_line.replace("|", "\\|")
+            note = _cell(r.reason)
             if r.expectation and r.expectation.get("link"):
                 note += f" ([link]({r.expectation['link']}))"
-            lines.append(f"| `{r.id}` | {_MARK[r.outcome]} | "
-                         f"{_doc_line(r.id).replace('|', chr(92) + '|')} | {note} |")
+            lines.append(f"| `{r.id}` | {r.world_size} | {_MARK[r.outcome]} | "
+                         f"{_cell(_doc_line(r.id))} | {note} |")
     lines += ["", "Generated by `accelkit conformance`; details per rank in `report.json`.", ""]
     return "\n".join(lines)
 

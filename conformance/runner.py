@@ -1,14 +1,11 @@
-"""The engine: runs selected checks on a backend through worker pools and decides each
-check's outcome (issue #3).
+"""The pool engine: runs a :class:`~accelkit.conformance.plan.Plan` on worker pools and
+decides each check's outcome.
 
-Per check, in order: UNAVAILABLE if the backend cannot run here at all (``spec.probe(1)``);
-SKIP from an expectation with ``status = "skip"``; SKIP for a capability the backend does not
-declare (``spec.capabilities.missing``); SKIP when the check needs more ranks than the backend
-offers (``capabilities.max_world_size`` or ``spec.probe(world_size)``, e.g. "8 devices needed,
-4 present"); ERROR for every check of a world size whose pool cannot start (the start-up error
-is the reason; the pool is not retried). Otherwise the check runs on the pool of its world size
-(one pool alive at a time) and the per-rank results are merged
-(:func:`accelkit.conformance.outcomes.merge`); a TIMEOUT or CRASH tears the pool down and the
+A step the plan decided (UNAVAILABLE, SKIP) is recorded as it is. Otherwise the check runs on
+the pool of its world size (one pool alive at a time) and the per-rank results are merged
+(:func:`accelkit.conformance.outcomes.merge`); every check of a world size whose pool cannot
+start is ERROR with the start-up error (the pool is not retried, and a failed
+``spec.prepare()`` is not retried for any size). A TIMEOUT or CRASH tears the pool down and the
 next check gets a new one. After a check whose ranks disagreed (some passed, some failed), a
 barrier makes sure their collectives are still in step, else the pool is rebuilt. Last, an
 ``xfail`` expectation turns a failing outcome into XFAIL and a pass into XPASS.
@@ -16,116 +13,37 @@ barrier makes sure their collectives are still in step, else the pool is rebuilt
 
 from __future__ import annotations
 
-import datetime
-import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from importlib import metadata
 
 from accelkit.conformance.api import CheckDef
 from accelkit.conformance.expectations import Expectation
+from accelkit.conformance.model import RunReport
+from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome, merge
+from accelkit.conformance.plan import Plan, Step, make_plan, probe_host
 from accelkit.conformance.pool import Pool, PoolStartError
+from accelkit.conformance.session import Session
 from accelkit.core.spec import BackendSpec
-
-DEFAULT_TIMEOUT_S = 60.0
-
-
-def torch_version() -> str:
-    """The installed torch's version, without importing torch."""
-    return metadata.version("torch")
-
-
-@dataclass
-class RunOptions:
-    """Everything that shapes a run, as given on the command line."""
-
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    strict: bool = False
-    modules: list[str] = field(default_factory=list)
-    builtin: bool = True
-    memory_limit_mb: int | None = None
-    expectations_path: str | None = None
-
-
-@dataclass
-class RunReport:
-    """A finished (or interrupted) run: what every report is written from."""
-
-    spec: BackendSpec
-    options: RunOptions
-    results: list[CheckResult] = field(default_factory=list)
-    device: dict = field(default_factory=dict)
-    torch: str = ""
-    started: str = ""
-    duration_s: float = 0.0
-    pool_starts: list[dict] = field(default_factory=list)
-    unavailable: str | None = None
-    aborted: str | None = None  # torchrun mode: why the run stopped early
-    mode: str = "pool"          # "pool" (accelkit conformance) or "torchrun"
-    host: str = field(default_factory=platform.node)
-
-    @property
-    def world_sizes(self) -> list[int]:
-        return sorted({r.world_size for r in self.results})
-
-    def counts(self, results: list[CheckResult] | None = None) -> dict[str, int]:
-        counts = {o.value: 0 for o in Outcome}
-        for r in self.results if results is None else results:
-            counts[r.outcome.value] += 1
-        counts["total"] = len(self.results if results is None else results)
-        return counts
-
-    def by_area(self) -> dict[str, list[CheckResult]]:
-        areas: dict[str, list[CheckResult]] = {}
-        for r in self.results:
-            areas.setdefault(r.area, []).append(r)
-        return areas
-
-    def failed(self) -> list[CheckResult]:
-        """The results that make the run fail (and the exit code non-zero)."""
-        bad = set(FAILING) | ({Outcome.XPASS} if self.options.strict else set())
-        return [r for r in self.results if r.outcome in bad]
-
-    def ok(self) -> bool:
-        """Whether the run passes (exit code 0)."""
-        return not self.failed() and self.aborted is None
 
 
 class Runner:
-    """Runs checks for one backend, one pool (world size) at a time. Use as a context manager
+    """Runs steps for one backend, one pool (world size) at a time. Use as a context manager
     or call :meth:`close` so the last pool is torn down."""
 
-    def __init__(self, spec: BackendSpec, options: RunOptions,
-                 expectations: dict[str, Expectation] | None = None,
-                 progress: Callable[[CheckResult], None] | None = None) -> None:
+    def __init__(self, spec: BackendSpec, options: Options,
+                 progress: Callable[[CheckResult], None] | None = None,
+                 report: RunReport | None = None) -> None:
         self.spec = spec
         self.options = options
-        self.expectations = expectations or {}
         self.progress = progress
-        self.report = RunReport(spec=spec, options=options, torch=torch_version(),
-                                started=datetime.datetime.now(datetime.timezone.utc)
-                                .isoformat(timespec="seconds"))
+        self.report = report if report is not None else RunReport.start(spec, options)
         self._pool: Pool | None = None
         self._start_errors: dict[int, str] = {}
-        self._probes: dict[int, tuple[bool, str]] = {}
         self._pending_rebuild = ""
         self._started: set[int] = set()
         self._prepared = False
-        self.report.unavailable = self._unavailable()
-
-    def _unavailable(self) -> str | None:
-        ok, reason = self._probe(1)
-        return None if ok else reason
-
-    def _probe(self, world_size: int) -> tuple[bool, str]:
-        if world_size not in self._probes:
-            try:
-                self._probes[world_size] = self.spec.probe(world_size)
-            except Exception as exc:  # a probe that raises means "cannot run here"
-                self._probes[world_size] = (False, f"probe failed: {type(exc).__name__}: {exc}")
-        return self._probes[world_size]
+        self._prepare_error: str | None = None
 
     # -- pools ------------------------------------------------------------------------------
     def _pool_for(self, world_size: int) -> Pool:
@@ -135,8 +53,8 @@ class Runner:
             self._pool.close()
         why = self._pending_rebuild if world_size in self._started else "first start"
         self._pool = None
-        self._prepare()
         try:
+            self._prepare()
             pool = Pool(self.spec.name, world_size, modules=self.options.modules,
                         builtin=self.options.builtin, memory_limit_mb=self.options.memory_limit_mb)
         except PoolStartError as exc:
@@ -151,16 +69,20 @@ class Runner:
 
     def _prepare(self) -> None:
         """Run ``spec.prepare()`` (e.g. compile the backend's C++) once, here, before any rank
-        starts, so ranks do not all wait on one compile inside their start-up budget."""
+        starts, so ranks do not all wait on one compile inside their start-up budget. A
+        failure (even a build tool's ``SystemExit``) is kept and raised again for every later
+        pool: the compile is not retried per check."""
+        if self._prepare_error is not None:
+            raise PoolStartError(self._prepare_error)
         if self._prepared or self.spec.prepare is None:
             return
         self._prepared = True
         try:
             self.spec.prepare()
-        except Exception as exc:
-            self._prepared = False
-            raise PoolStartError(f"backend {self.spec.name!r}: prepare() failed: "
-                                 f"{type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            self._prepare_error = (f"backend {self.spec.name!r}: prepare() failed: "
+                                   f"{type(exc).__name__}: {exc}")
+            raise PoolStartError(self._prepare_error) from exc
 
     def close(self) -> None:
         if self._pool is not None:
@@ -173,61 +95,41 @@ class Runner:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    # -- checks -----------------------------------------------------------------------------
-    def _not_run(self, check: CheckDef) -> tuple[Outcome, str] | None:
-        """Why ``check`` does not run (outcome and reason), or None when it runs."""
-        if self.report.unavailable is not None:
-            return Outcome.UNAVAILABLE, f"backend {self.spec.name!r} cannot run here: " \
-                                        f"{self.report.unavailable}"
-        exp = self.expectations.get(check.id)
-        if exp is not None and exp.status == "skip":
-            return Outcome.SKIP, f"expected skip: {exp.reason}"
-        missing = self.spec.capabilities.missing(check.requires, self.spec.device_type)
-        if missing:
-            return Outcome.SKIP, missing
-        too_big = self._world_size_problem(check.world_size)
-        if too_big:
-            fits = [n for n in check.also_at
-                    if n < check.world_size and not self._world_size_problem(n)]
-            if fits:  # a machine with fewer devices: say how to run it anyway
-                too_big += f"; --world-size {max(fits)} runs it on {max(fits)} ranks"
-            return Outcome.SKIP, too_big
-        if check.world_size in self._start_errors:
-            return Outcome.ERROR, (f"worker pool of {check.world_size} ranks failed to start: "
-                                   f"{self._start_errors[check.world_size]}")
+    # -- steps ------------------------------------------------------------------------------
+    def budget(self, check: CheckDef) -> float:
+        """Seconds ``check`` may take: its own ``timeout=`` if set, else ``--timeout``."""
+        return check.timeout if check.timeout is not None else self.options.timeout_s
+
+    def _decide(self, step: Step) -> tuple[Outcome, str] | None:
+        """Why ``step`` does not run (the plan's decision, or its pool's start-up error)."""
+        if step.decided is not None:
+            return step.decided
+        ws = step.check.world_size
+        if ws in self._start_errors:
+            return Outcome.ERROR, f"worker pool of {ws} ranks failed to start: {self._start_errors[ws]}"
         return None
 
-    def _world_size_problem(self, world_size: int) -> str | None:
-        """Why this host cannot run ``world_size`` ranks of the backend, or None."""
-        most = self.spec.capabilities.max_world_size
-        if most is not None and world_size > most:
-            return f"{world_size} devices needed, {most} present"
-        ok, reason = self._probe(world_size)
-        return None if ok else reason
-
-    def run_check(self, check: CheckDef) -> CheckResult:
-        """Run one check (or decide it cannot run) and record the result."""
+    def run_step(self, step: Step) -> CheckResult:
+        """Run one step (or record why it does not run) and report the result."""
+        check = step.check
         started = time.perf_counter()
         starts = len(self.report.pool_starts)
-        decided = self._decide(check)
+        decided = self._decide(step)
         if decided is not None:
             result = CheckResult(check.id, check.world_size, decided[0], decided[1])
         else:
             result = self._execute(check)
         result.pool_start_s = round(sum(s["seconds"] for s in self.report.pool_starts[starts:]), 3)
         result.duration_s = round(time.perf_counter() - started - result.pool_start_s, 4)
-        self._apply_expectation(result)
+        self.record(result, step.expectation)
+        return result
+
+    def record(self, result: CheckResult, expectation: Expectation | None) -> None:
+        """Apply ``expectation`` to ``result``, add it to the report and show progress."""
+        apply_expectation(result, expectation)
         self.report.results.append(result)
         if self.progress is not None:
             self.progress(result)
-        return result
-
-    def budget(self, check: CheckDef) -> float:
-        """Seconds ``check`` may take: its own ``timeout=`` if set, else ``--timeout``."""
-        return check.timeout if check.timeout is not None else self.options.timeout_s
-
-    def _decide(self, check: CheckDef) -> tuple[Outcome, str] | None:
-        return self._not_run(check)
 
     def _execute(self, check: CheckDef) -> CheckResult:
         """Run ``check`` on the pool of its world size and merge the ranks' results."""
@@ -244,30 +146,13 @@ class Runner:
             self._pending_rebuild = f"ranks out of step after {check.id}"
         return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks)
 
-    def _apply_expectation(self, result: CheckResult) -> None:
-        exp = self.expectations.get(result.id)
-        if exp is None:
-            return
-        result.expectation = exp.to_dict()
-        if exp.status != "xfail":
-            return
-        if result.outcome in FAILING:
-            result.actual = result.outcome
-            result.outcome = Outcome.XFAIL
-            result.reason = f"expected failure: {exp.reason}\n" \
-                            f"actual {result.actual.label}: {result.reason}"
-        elif result.outcome is Outcome.PASS:
-            result.actual = result.outcome
-            result.outcome = Outcome.XPASS
-            result.reason = f"passed, but expected to fail: {exp.reason} " \
-                            "(remove the expectation)"
-
-    def run(self, checks: list[CheckDef]) -> RunReport:
-        """Run ``checks`` in order; the pool of the last world size is closed at the end."""
+    def run(self, plan: Plan) -> RunReport:
+        """Run every step of ``plan`` in order; the last pool is closed at the end."""
         started = time.perf_counter()
+        self.report.left_out = list(plan.left_out)
         try:
-            for check in checks:
-                self.run_check(check)
+            for step in plan.steps:
+                self.run_step(step)
         except BaseException:  # Ctrl-C: no polite goodbye to ranks that may be mid-check
             if self._pool is not None:
                 self._pool.close(graceful=False)
@@ -277,3 +162,31 @@ class Runner:
             self.report.duration_s = round(time.perf_counter() - started, 3)
         return self.report
 
+
+def apply_expectation(result: CheckResult, expectation: Expectation | None) -> None:
+    """An ``xfail`` expectation turns a failing outcome into XFAIL (the actual one kept in
+    ``result.actual`` and the reason) and a pass into XPASS."""
+    if expectation is None:
+        return
+    result.expectation = expectation.to_dict()
+    if expectation.status != "xfail":
+        return
+    if result.outcome in FAILING:
+        result.actual = result.outcome
+        result.outcome = Outcome.XFAIL
+        result.reason = (f"expected failure: {expectation.reason}\n"
+                         f"actual {result.actual.label}: {result.reason}")
+    elif result.outcome is Outcome.PASS:
+        result.actual = result.outcome
+        result.outcome = Outcome.XPASS
+        result.reason = (f"passed, but expected to fail: {expectation.reason} "
+                         "(remove the expectation)")
+
+
+def plan_session(session: Session) -> tuple[Plan, RunReport]:
+    """Probe the host, plan the session's checks, and start its report."""
+    host = probe_host(session.spec, session.selected, session.options.world_sizes)
+    plan = make_plan(session.selected, session.expectations, host, session.options.world_sizes)
+    report = RunReport.start(session.spec, session.options, unavailable=host.unavailable)
+    report.left_out = list(plan.left_out)
+    return plan, report

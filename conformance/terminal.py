@@ -1,13 +1,15 @@
 """What the engine prints: one progress line per check, then a per-area summary table and
-the non-passing checks with the first line of their reason (issue #3)."""
+the non-passing checks with their whole reason."""
 
 from __future__ import annotations
 
 import sys
+import textwrap
 from typing import TextIO
 
+from accelkit.conformance.model import RunReport
 from accelkit.conformance.outcomes import ORDER, CheckResult, Outcome
-from accelkit.conformance.runner import RunReport
+from accelkit.conformance.reports import left_out_text, versions_text
 
 #: Outcomes listed after the summary table, worst first.
 NOT_PASSING = (Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR, Outcome.FAIL, Outcome.XPASS,
@@ -15,7 +17,8 @@ NOT_PASSING = (Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR, Outcome.FAIL, Outc
 
 
 class Progress:
-    """Prints ``[  3/27] PASS      0.04s  area.name (ws 4)  pass 3 · fail 0 ...`` per check."""
+    """Prints ``[  3/27] PASS      0.04s  area.name@4  [pass=3 ...]`` per check, and the
+    reason of one that did not pass, every line of it."""
 
     def __init__(self, total: int, stream: TextIO | None = None) -> None:
         self.total = total
@@ -29,11 +32,11 @@ class Progress:
         width = len(str(self.total))
         running = " ".join(f"{o.value}={n}" for o, n in self.counts.items() if n)
         line = (f"[{self.done:>{width}}/{self.total}] {result.outcome.label:<11} "
-                f"{result.duration_s:7.2f}s  {result.id} (ws {result.world_size})  [{running}]")
+                f"{result.duration_s:7.2f}s  {result.key}  [{running}]")
         if result.pool_start_s:
             line += f"  (+{result.pool_start_s:.1f}s pool start)"
-        if result.outcome is not Outcome.PASS and result.first_line:
-            line += f"\n{'':>{2 * width + 3}} {result.first_line}"
+        if result.outcome is not Outcome.PASS and result.reason.strip():
+            line += "\n" + textwrap.indent(result.reason.strip(), " " * (2 * width + 4))
         print(line, file=self.stream, flush=True)
 
 
@@ -56,25 +59,37 @@ def summary(report: RunReport) -> str:
 
     spec = report.spec
     lines = [f"accelkit conformance: backend {spec.name} (device {spec.device_type}, "
-             f"{spec.process_group_backend}), torch {report.torch}", ""]
+             f"{spec.process_group_backend}); {versions_text(report)}"]
+    if report.settings:
+        lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in report.settings.items()))
+    lines.append("")
+    if report.error:
+        lines += ["ERROR: no check could run:", textwrap.indent(report.error, "  "), ""]
     if report.unavailable:
         lines += [f"UNAVAILABLE: backend {spec.name!r} cannot run here: {report.unavailable}", ""]
-    lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
-    lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
+    if report.results:
+        lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
+        lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
     if report.pool_starts:
         starts = ", ".join(f"{s['world_size']} ranks {s['seconds']:.1f}s ({s['why']})"
                            for s in report.pool_starts)
         lines += ["", f"pool start-ups: {starts}"]
+    if report.left_out:
+        lines += ["", f"left out: {left_out_text(report)}"]
     listed = [r for o in NOT_PASSING for r in report.results if r.outcome is o]
     if listed:
         lines += ["", "not passing:"]
         for r in listed:
-            lines.append(f"  {r.outcome.label:<11} {r.id}: {r.first_line}")
+            reason = r.reason.strip().splitlines() or [""]
+            lines.append(f"  {r.outcome.label:<11} {r.key}: {reason[0]}")
+            lines += [f"{'':14}{line}" for line in reason[1:]]
     failed = report.failed()
     lines.append("")
     if report.aborted:
         lines.append(f"ABORTED: {report.aborted}")
-    if failed:
+    if report.error:
+        lines.append("FAILED: the checks could not be loaded")
+    elif failed:
         lines.append(f"FAILED: {len(failed)} check(s) did not pass")
     elif report.unavailable:
         lines.append("NOT RUN: backend unavailable (exit 0; --require-available makes it exit 3)")

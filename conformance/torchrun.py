@@ -1,18 +1,21 @@
 """torchrun mode: ``torchrun --nnodes N --nproc-per-node M -m accelkit.conformance --backend B``
-runs the conformance checks on an existing (possibly multi-node) launch (issue #3).
+runs the conformance checks on an existing (possibly multi-node) launch.
 
 Every rank is a worker: it calls ``spec.setup()``, selects its device (``LOCAL_RANK``) and
-``init_process_group`` through ``env://``. Checks written for the launch's world size run; the
-others are SKIPped with the reason. Rank 0 decides, per check, whether it runs (and publishes
-that through the launch's store, so every rank agrees), collects the per-rank results through
-the store, merges them with the same logic as the pool engine and, at the end, prints the
-summary and writes the reports.
+``init_process_group`` through ``env://``. Its options are ``accelkit conformance``'s
+(:mod:`~accelkit.conformance.options`), but for the world size: the launch's. Checks written
+for the launch's world size run at it; the others are SKIPped with the reason. Rank 0 plans the
+run (:func:`~accelkit.conformance.plan.make_plan`), publishes each step's decision through the
+launch's store (so every rank agrees), collects the per-rank results through the store,
+merges them with the same logic as the pool engine and, at the end, prints the summary and
+writes the reports.
 
 What cannot be recovered here: a hung rank or a dead one. Rank 0 arms a watchdog for each
-check's budget: when it fires, the check is reported TIMEOUT (ranks that did not answer are
-named), the reports are written and rank 0 exits 1, which makes torchrun stop the launch. When
-a rank dies, torchrun sends SIGTERM to the others; rank 0 then reports the running check as
-CRASH ("launch stopped") and exits 1. The remaining checks are listed as not run.
+check's budget: when it fires (and some rank has not answered), the check is reported TIMEOUT
+(ranks that did not answer are named), the reports are written and rank 0 exits 1, which makes
+torchrun stop the launch. When a rank dies, torchrun sends SIGTERM to the others; rank 0 then
+reports the running check as CRASH ("launch stopped") and exits 1. The remaining checks are
+listed as not run.
 """
 
 from __future__ import annotations
@@ -27,20 +30,23 @@ import sys
 import threading
 import time
 
-from accelkit.conformance import cli
+from accelkit.conformance import options as options_mod
 from accelkit.conformance.api import CheckContext, CheckDef
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
+from accelkit.conformance.plan import Step, make_plan, probe_host, with_launch
 from accelkit.conformance.runner import Runner
+from accelkit.conformance.session import LoadError, UsageError, resolve
 
 _PREFIX = "accelkit_conformance"
+PROG = "python -m accelkit.conformance"
 
 
 def _env_int(name: str) -> int:
     try:
         return int(os.environ[name])
     except (KeyError, ValueError):
-        raise cli.UsageError(
-            f"${name} is not set: python -m accelkit.conformance runs under torchrun "
+        raise UsageError(
+            f"${name} is not set: {PROG} runs under torchrun "
             "(torchrun --nproc-per-node M -m accelkit.conformance --backend NAME); "
             "on one machine use `accelkit conformance` instead") from None
 
@@ -48,35 +54,28 @@ def _env_int(name: str) -> int:
 class LaunchRunner(Runner):
     """A :class:`Runner` whose ranks are the launch's processes, this one included."""
 
-    def __init__(self, spec, options, expectations, progress, *, ranks: dict,
-                 store, watch_store, finish) -> None:
+    def __init__(self, spec, options, progress, *, ranks: dict, store, watch_store, finish,
+                 report=None) -> None:
         self.rank, self.world_size = ranks["rank"], ranks["world_size"]
         self.local_rank, self.local_world_size = ranks["local_rank"], ranks["local_world_size"]
-        super().__init__(spec, options, expectations, progress)
+        super().__init__(spec, options, progress, report)
+        self.report.mode = "torchrun"
         self.store, self.watch_store = store, watch_store
         self.finish = finish  # rank 0: report -> summary and report files
         self.index = 0
         self.started = time.perf_counter()
         self.group_count = 0
-        self.remaining: list[CheckDef] = []
-        self._current: tuple[CheckDef, float] | None = None
+        self.remaining: list[Step] = []
+        self._current: tuple[Step, float] | None = None
+        self._watch_lock = threading.Lock()  # the running check, between main and watchdog
         self._abort_lock = threading.Lock()
 
     # -- what runs ---------------------------------------------------------------------------
-    def _world_size_problem(self, world_size: int) -> str | None:
-        if world_size != self.world_size:
-            return (f"written for {world_size} ranks; this launch has {self.world_size} "
-                    "(set torchrun's --nnodes x --nproc-per-node to match)")
-        most = self.spec.capabilities.max_world_size
-        if most is not None and self.local_world_size > most:
-            return f"{self.local_world_size} devices per node needed, {most} present"
-        ok, reason = self._probe(self.local_world_size)
-        return None if ok else reason
-
-    def _decide(self, check: CheckDef) -> tuple[Outcome, str] | None:
+    def _decide(self, step: Step) -> tuple[Outcome, str] | None:
+        """Rank 0's plan decides; it publishes the decision, which the other ranks follow."""
         key = f"{self.index}/plan"
         if self.rank == 0:
-            decided = self._not_run(check)
+            decided = step.decided
             plan = {"group_count": self.group_count,
                     "decided": [decided[0].value, decided[1]] if decided else None}
             self.store.set(key, json.dumps(plan))
@@ -86,10 +85,11 @@ class LaunchRunner(Runner):
         decided = plan["decided"]
         return None if decided is None else (Outcome(decided[0]), decided[1])
 
-    def run_check(self, check: CheckDef) -> CheckResult:
+    def run_step(self, step: Step) -> CheckResult:
         self.index += 1
-        self.remaining = self.remaining[1:] if self.remaining[:1] == [check] else self.remaining
-        return super().run_check(check)
+        self.remaining = self.remaining[1:] if self.remaining[:1] == [step] else self.remaining
+        self._step = step
+        return super().run_step(step)
 
     # -- running -----------------------------------------------------------------------------
     def _execute(self, check: CheckDef) -> CheckResult:
@@ -99,8 +99,8 @@ class LaunchRunner(Runner):
 
         timer = None
         if self.rank == 0:
-            self._current = (check, time.perf_counter())
-            timer = threading.Timer(self.budget(check), self._on_timeout, args=(check,))
+            self._current = (self._step, time.perf_counter())
+            timer = threading.Timer(self.budget(check), self._on_timeout, args=(self._step,))
             timer.daemon = True
             timer.start()
         mine = run_on_rank(check, ctx, self.group_count)
@@ -109,8 +109,9 @@ class LaunchRunner(Runner):
             return CheckResult(check.id, check.world_size, *merge([mine]), ranks=[mine])
         keys = [f"{self.index}/rank{r}" for r in range(self.world_size)]
         self.store.wait(keys, datetime.timedelta(seconds=self.budget(check) + 60))
+        with self._watch_lock:  # a timer firing from now on finds no running check
+            self._current = None
         timer.cancel()
-        self._current = None
         ranks = [pickle.loads(self.store.get(k)) for k in keys]
         self.group_count = max(r.group_count for r in ranks)
         outcome, reason = merge(ranks)
@@ -123,11 +124,20 @@ class LaunchRunner(Runner):
             answers.append(pickle.loads(store.get(key)) if store.check([key]) else None)
         return answers
 
-    def _on_timeout(self, check: CheckDef) -> None:
-        budget = self.budget(check)
-        ranks = [a or RankResult(rank=r, status="timeout", message=f"no answer within {budget:g} s")
-                 for r, a in enumerate(self._answers(self.watch_store))]
-        self.abort(check, ranks, f"TIMEOUT in {check.id}")
+    def _on_timeout(self, step: Step) -> None:
+        """Rank 0's watchdog: ``step`` ran past its budget. It may fire after the last rank
+        answered and before the main thread cancelled it: then the check is not a TIMEOUT."""
+        with self._watch_lock:
+            if self._current is None or self._current[0] is not step:
+                return
+            answers = self._answers(self.watch_store)
+            if all(a is not None for a in answers):
+                return
+            budget = self.budget(step.check)
+            ranks = [a or RankResult(rank=r, status="timeout",
+                                     message=f"no answer within {budget:g} s")
+                     for r, a in enumerate(answers)]
+            self.abort(step, ranks, f"TIMEOUT in {step.check.id}")
 
     def watch_sigterm(self) -> None:
         """Rank 0: wait for torchrun's SIGTERM (blocked in every thread, so it is taken here even
@@ -136,27 +146,25 @@ class LaunchRunner(Runner):
         current = self._current
         if current is None:
             self.abort(None, [], "launch stopped (SIGTERM from torchrun) between checks")
+            return
         ranks = [a or RankResult(rank=r, status="crash",
                                  message="launch stopped (SIGTERM from torchrun): a rank died or "
                                          "was killed; see torchrun's output for which")
                  for r, a in enumerate(self._answers(self.watch_store))]
-        self.abort(current[0], ranks, f"launch stopped during {current[0].id}")
+        self.abort(current[0], ranks, f"launch stopped during {current[0].check.id}")
 
-    def abort(self, check: CheckDef | None, ranks: list[RankResult], why: str) -> None:
-        """Rank 0: record ``check`` from ``ranks``, write the reports, exit 1 (never returns)."""
+    def abort(self, step: Step | None, ranks: list[RankResult], why: str) -> None:
+        """Rank 0: record ``step`` from ``ranks``, write the reports, exit 1 (never returns)."""
         if not self._abort_lock.acquire(blocking=False):
             return
-        if check is not None:
+        if step is not None:
             started = self._current[1] if self._current else time.perf_counter()
             outcome, reason = merge(ranks)
-            result = CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks,
-                                 duration_s=round(time.perf_counter() - started, 3))
-            self._apply_expectation(result)
-            self.report.results.append(result)
-            if self.progress is not None:
-                self.progress(result)
+            result = CheckResult(step.check.id, step.check.world_size, outcome, reason,
+                                 ranks=ranks, duration_s=round(time.perf_counter() - started, 3))
+            self.record(result, step.expectation)
         self.report.duration_s = round(time.perf_counter() - self.started, 3)
-        not_run = [c.id for c in self.remaining]
+        not_run = [s.key for s in self.remaining]
         self.report.aborted = f"{why}; {len(not_run)} check(s) not run: {', '.join(not_run) or '-'}"
         self.finish(self.report)
         sys.stdout.flush()
@@ -166,17 +174,17 @@ class LaunchRunner(Runner):
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m accelkit.conformance",
+        prog=PROG,
         description="Run the accelkit conformance checks on a torchrun launch (every rank "
                     "is a worker; rank 0 prints the summary and writes the reports).")
-    cli.add_selection_arguments(parser)
+    options_mod.add_to_parser(parser, options_mod.TORCHRUN)
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from accelkit.conformance import reports, terminal
+    from accelkit.conformance import cli, terminal
 
-    args = _parse(argv)
+    options = options_mod.from_namespace(_parse(argv), options_mod.TORCHRUN)
     if os.environ.get("RANK") == "0":  # taken by LaunchRunner.watch_sigterm, in every thread
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     try:
@@ -184,32 +192,34 @@ def main(argv: list[str] | None = None) -> int:
                  "local_rank": _env_int("LOCAL_RANK"),
                  "local_world_size": _env_int("LOCAL_WORLD_SIZE")}
         os.environ.setdefault("OMP_NUM_THREADS", "1")
-        spec, options, selected, expectations = cli.resolve(args)
-        # Checks written for this launch's size run at it; the others SKIP, naming their size.
-        selected = [c.at(ranks["world_size"]) if ranks["world_size"] in c.world_sizes else c
-                    for c in selected]
-    except cli.UsageError as exc:
-        print(f"python -m accelkit.conformance: error: {exc}", file=sys.stderr)
+        session = resolve(options)
+    except LoadError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        if os.environ.get("RANK") == "0":
+            cli.finish(cli.load_failure(exc, options, "torchrun"), options)
+        return cli.EXIT_LOAD_ERROR
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    rank = ranks["rank"]
+    rank, spec = ranks["rank"], session.spec
+    # the launch's size decides which checks run; each node must hold its local ranks
+    host = probe_host(spec, session.selected, [ranks["local_world_size"]])
+    plan = make_plan(session.selected, session.expectations,
+                     with_launch(host, ranks["world_size"],
+                                 host.problems[ranks["local_world_size"]]))
 
     def finish(report) -> None:
-        report.mode = "torchrun"
-        print()
-        print(terminal.summary(report))
-        if args.report_dir:
-            for path in reports.write(report, args.report_dir):
-                print(f"wrote {path}")
+        cli.finish(report, options)
 
-    progress = terminal.Progress(len(selected)) if rank == 0 else None
-    ok, reason = spec.probe(ranks["local_world_size"])
-    if not ok and not spec.probe(1)[0]:  # unavailable: report without touching the device
+    progress = terminal.Progress(len(plan.steps)) if rank == 0 else None
+    if host.unavailable is not None:  # report without touching the device
         if rank != 0:
-            return 3 if args.require_available else 0
-        runner = Runner(spec, options, expectations, progress)
-        report = runner.run(selected)
-        finish(report)
-        return 3 if args.require_available else 0
+            return 3 if options.require_available else 0
+        runner = Runner(spec, options, progress)
+        runner.report.unavailable = host.unavailable
+        runner.report.mode = "torchrun"
+        finish(runner.run(plan))
+        return 3 if options.require_available else 0
 
     import torch
     import torch.distributed as dist
@@ -222,20 +232,22 @@ def main(argv: list[str] | None = None) -> int:
     if handle is not None and hasattr(handle, "set_device"):
         handle.set_device(ranks["local_rank"])
     dist.init_process_group(backend=spec.process_group_backend)
-    default_store = dist.distributed_c10d._get_default_store()
+    from accelkit.core import torch_internals
+
+    default_store = torch_internals.default_store()
     store = dist.PrefixStore(_PREFIX, default_store.clone())
     watch_store = dist.PrefixStore(_PREFIX, default_store.clone()) if rank == 0 else None
-    runner = LaunchRunner(spec, options, expectations, progress, ranks=ranks, store=store,
+    runner = LaunchRunner(spec, options, progress, ranks=ranks, store=store,
                           watch_store=watch_store, finish=finish)
-    runner.remaining = list(selected)
+    runner.remaining = list(plan.steps)
     if rank == 0:
         threading.Thread(target=runner.watch_sigterm, daemon=True, name="sigterm").start()
     from accelkit.conformance.worker import device_info
 
     runner.report.device = device_info(spec)
     runner.started = time.perf_counter()
-    for check in selected:
-        runner.run_check(check)
+    for step in plan.steps:
+        runner.run_step(step)
     if rank == 0:
         runner.report.duration_s = round(time.perf_counter() - runner.started, 3)
         finish(runner.report)
@@ -245,3 +257,4 @@ def main(argv: list[str] | None = None) -> int:
         code = int(store.get("end"))
     dist.destroy_process_group()
     return code
+

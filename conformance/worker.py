@@ -33,6 +33,17 @@ def _die_with_parent() -> None:
         os._exit(1)
 
 
+def _flush_native_output() -> None:
+    """Flush C stdio buffers (a native runtime's printf to a log file is block-buffered and
+    would be lost at ``os._exit``) and Python's."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
 def _limit_memory(limit_mb: int | None) -> None:
     """Cap this rank's data segment at its current size + ``limit_mb`` (RLIMIT_DATA), so a
     check that allocates more gets MemoryError instead of endangering the host."""
@@ -107,8 +118,9 @@ def _start(conn: Connection, config: dict):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group(backend=spec.process_group_backend, store=store, rank=rank,
                             world_size=world_size, timeout=timeout)
-    import torch.distributed.device_mesh  # noqa: F401  (imported once here, not in check 1)
-    import torch.distributed.tensor._random  # noqa: F401
+    from accelkit.core import torch_internals
+
+    torch_internals.preload_distributed()  # imported once here, not in check 1
 
     _limit_memory(config.get("memory_limit_mb"))
     return spec, checks, local_rank, device_info(spec)
@@ -120,6 +132,7 @@ def serve(conn: Connection, config: dict) -> None:
     try:
         spec, checks, local_rank, device = _start(conn, config)
     except BaseException as exc:  # noqa: BLE001 (reported to the engine, then exit)
+        _flush_native_output()  # what the backend's C++ printed belongs in the log
         conn.send({"type": "failed", "error": f"{type(exc).__name__}: {exc}",
                    "traceback": traceback.format_exc()})
         os._exit(1)

@@ -1,7 +1,7 @@
 """One call that registers a PrivateUse1 accelerator and its collective library with torch,
 in the order torch needs, refusing the known pitfalls with a message that says the fix.
 
-Steps (see the torch 2.13 facts note and PR 102468):
+Steps (PR 102468; docs/porting.md explains each):
 
 1. ``torch.utils.rename_privateuse1_backend(name)``: device strings ``"<name>:0"`` parse;
 2. ``torch._register_device_module(name, device_module)``: ``torch.<name>``, the handle

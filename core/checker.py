@@ -2,7 +2,8 @@
 distributed stack does with it (:class:`accelkit.core.DeviceHandle`), and say for each problem
 which torch API breaks and how to fix it.
 
-The probes restore what they change (RNG states, the current device, the CPU RNG state).
+The probes restore what they change: the current device, the device's RNG states, and every
+other generator ``torch.manual_seed`` reseeds (the CPU's, other accelerators').
 ``is_initialized()`` is read first, before anything can initialise the device.
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from accelkit.core import torch_internals
 from accelkit.core.handle import PRIVATEUSE1_ONLY, DeviceHandle, StreamDeviceHandle, members
 
 Severity = Literal["error", "warning", "info", "unsupported"]
@@ -161,7 +163,7 @@ class _Prober:
         self.probe(self.not_initialized_before_use)
         self.presence()
         steps = [self.registration, self.available, self.device_count, self.bad_fork]
-        if self.dt == self.torch._C._get_privateuse1_backend_name():
+        if self.dt == torch_internals.privateuse1_name():
             steps.append(self.amp_dtypes)
         for step in steps:
             self.probe(step)
@@ -197,7 +199,7 @@ class _Prober:
     # -- presence --------------------------------------------------------------------------
     def presence(self) -> None:
         self.report.probes += 1
-        private = self.dt == self.torch._C._get_privateuse1_backend_name()
+        private = self.dt == torch_internals.privateuse1_name()
         missing = [m for m in members(DeviceHandle) if not hasattr(self.handle, m)
                    and (private or m not in PRIVATEUSE1_ONLY)]
         for member in missing:
@@ -254,7 +256,7 @@ class _Prober:
                      f"torch.get_device_module({self.dt!r}) is not torch.{self.dt} ({module!r})",
                      "torch.random.fork_rng, torch.accelerator.device_count/is_available",
                      f"register the module with torch._register_device_module({self.dt!r}, mod)")
-        if self.dt == torch._C._get_privateuse1_backend_name():
+        if self.dt == torch_internals.privateuse1_name():
             if not hasattr(torch.Tensor, f"is_{self.dt}"):
                 self.add("warning", f"Tensor.{self.dt}",
                          f"Tensor.{self.dt}() / Tensor.is_{self.dt} are not generated",
@@ -379,21 +381,21 @@ class _Prober:
                      "in the offset setter; every random DTensor op fails",
                      "use a Philox-style generator whose state is seed (8 bytes) + offset (8 "
                      "bytes), returned as torch.uint8 on the CPU")
-        cpu_state = torch.get_rng_state()
         try:
             saved = [(i, self.handle.get_rng_state(i)) for i in range(self.handle.device_count())]
         except Exception:  # an int device argument is refused: device_forms reports it
             saved = []
-        try:
-            self.device_forms(state)
-            if philox:
-                self.round_trip(state)
-                self.seeding()
-        finally:
-            for i, device_state in saved:
-                _restore(self.handle.set_rng_state, device_state, i)
-            _restore(self.handle.set_rng_state, state)
-            torch.set_rng_state(cpu_state)
+        # torch.manual_seed in seeding() reseeds the CPU and every other accelerator too
+        with torch_internals.generators_kept():
+            try:
+                self.device_forms(state)
+                if philox:
+                    self.round_trip(state)
+                    self.seeding()
+            finally:
+                for i, device_state in saved:
+                    _restore(self.handle.set_rng_state, device_state, i)
+                _restore(self.handle.set_rng_state, state)
 
     def forms(self) -> list[Any]:
         index = self.handle.current_device()
@@ -496,3 +498,46 @@ def _restore(fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
     except Exception:
         pass
+
+
+def check_random_op(device_type: str, *, offset_exact: bool) -> list[Finding]:
+    """Probe that a plain random op on the device (``torch.rand(64)`` on the current device)
+    draws from the device's default generator and advances its offset: by exactly
+    ``ceil4(64) = 64`` when the backend declares ``offset-exact``, by something otherwise. A
+    kernel that draws from the CPU generator, or saves and restores the state around the op,
+    is caught here. The state is restored afterwards. Findings (none when it holds); run it
+    after :func:`check_device_handle` found the state layout sound."""
+    import torch
+
+    handle = getattr(torch, device_type)
+    device = torch.device(device_type, handle.current_device())
+    shown = f"torch.rand(64, device='{device}')"
+    breaks = (f"{_TRACKER}: it runs each random DTensor op at a per-shard offset and moves the "
+              "offset past it; an op that does not consume offsets repeats its numbers across "
+              "ops and ranks")
+    before = handle.get_rng_state(device)
+    try:
+        torch.rand(64, device=device)
+        after = handle.get_rng_state(device)
+    except Exception as exc:
+        return [Finding("error", "<random op>", f"{shown} raised {type(exc).__name__}: {exc}",
+                        breaks, "register random kernels for the device (accelkit's "
+                        "<accelkit/random.h> has them)")]
+    finally:
+        _restore(handle.set_rng_state, before, device)
+    (seed, offset), (seed_after, offset_after) = _seed_offset(torch, before), _seed_offset(torch, after)
+    fix = ("draw from the device's default generator and advance its offset by ceil4(numel) "
+           "per op (do not restore the state after the op; do not fall back to the CPU "
+           "generator)")
+    if seed_after != seed or offset_after <= offset:
+        return [Finding("error", "<random op>",
+                        f"{shown} left the generator at (seed, offset) ({seed_after}, "
+                        f"{offset_after}); expected seed {seed} and an offset above {offset}",
+                        breaks, fix)]
+    if offset_exact and offset_after != offset + 64:
+        return [Finding("error", "<random op>",
+                        f"{shown} moved the offset from {offset} to {offset_after}; expected "
+                        f"{offset + 64} (ceil4(64)) for a backend declaring rng='offset-exact'",
+                        f"{_TRACKER}'s shards draw other numbers than one device would",
+                        "advance by ceil4(numel), or declare rng='offset-consistent'")]
+    return []

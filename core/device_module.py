@@ -8,7 +8,7 @@ The extension is one built on the accelkit C++ layer (``<accelkit/python.h>``'s
 ``empty_cache``.
 :func:`build_device_module` wraps them with the Python API of ``torch.cuda`` that torch's
 distributed stack calls on a device handle (PR 102468; see :class:`accelkit.core.DeviceHandle`
-for each caller): a vendor package calls it instead of writing its own module. Issue #4.
+for each caller): a vendor package calls it instead of writing its own module.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import collections
 import collections.abc
 import os
 import types
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -55,16 +56,35 @@ def build_device_module(name: str, ext: Any, *,
     return mod
 
 
-def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict[str, Any]:
-    bad_fork = [False]
+class _ForkState:
+    """Whether this process is a fork of one in which the device was already in use."""
 
-    def _after_fork_in_child() -> None:
+    def __init__(self, ext: Any) -> None:
+        self.ext = ext
+        self.bad = False
+
+    def after_fork_in_child(self) -> None:
         # A synchronous host-memory device survives fork; a device with driver state or queue
         # threads does not (as CUDA).
-        if ext.is_initialized() and (not ext.host_accessible() or ext.is_async()):
-            bad_fork[0] = True
+        if self.ext.is_initialized() and (not self.ext.host_accessible() or self.ext.is_async()):
+            self.bad = True
 
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+#: The fork state of every device module built in this process (one fork hook serves all).
+_FORK_STATES: weakref.WeakSet[_ForkState] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for state in list(_FORK_STATES):
+        state.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict[str, Any]:
+    fork_state = _ForkState(ext)
+    _FORK_STATES.add(fork_state)
 
     def _index(device: Any = None) -> int:
         """The device index of an int, str, torch.device, or None / a negative int (the
@@ -96,7 +116,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
 
     def _lazy_init() -> None:
         """Called by torch before the first tensor on the device."""
-        if bad_fork[0]:
+        if fork_state.bad:
             raise RuntimeError(
                 f"Cannot re-initialize {name} in forked subprocess. To use {name} with "
                 "multiprocessing, you must use the 'spawn' start method")
@@ -104,7 +124,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
 
     def _is_in_bad_fork() -> bool:
         """True in a child forked after the device was initialized (if it cannot survive it)."""
-        return bad_fork[0]
+        return fork_state.bad
 
     def init() -> None:
         """Initialize the device state now (torch.cuda.init)."""
@@ -161,7 +181,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
 
     def set_rng_state(new_state: torch.Tensor, device: Any = name) -> None:
         """Restore a state from get_rng_state. Under FakeTensorMode / LocalTensor torch passes
-        fake states, which carry no data: they are ignored (the facts note)."""
+        fake states, which carry no data: they are ignored."""
         from torch._subclasses.fake_tensor import is_fake
 
         if is_fake(new_state):
@@ -329,7 +349,7 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         return f"{name}:{_index(device)}"
 
     names = dict(locals())
-    for private in ("name", "ext", "amp_dtypes", "_OnDevice", "bad_fork", "_after_fork_in_child", "_stat", "_generator",
+    for private in ("name", "ext", "amp_dtypes", "_OnDevice", "fork_state", "_stat", "_generator",
                     "_index"):
         names.pop(private, None)
     names.update(

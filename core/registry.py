@@ -15,6 +15,7 @@ from accelkit.core.spec import BackendSpec
 ENTRY_POINT_GROUP = "accelkit.backends"
 
 _registered: dict[str, BackendSpec] = {}
+_distributions: dict[str, str] = {}
 _discovered = False
 
 
@@ -72,6 +73,15 @@ def _discover() -> None:
             raise BackendRegistryError(
                 f"{origin} declares BackendSpec(name={spec.name!r}); the entry point name must match")
         register(spec, origin=origin)
+        if ep.dist is not None:
+            _distributions[spec.name] = ep.dist.name
+
+
+def distribution(name: str) -> str | None:
+    """The distribution whose entry point provides backend ``name`` (None when it was
+    registered by a call to :func:`register`)."""
+    _discover()
+    return _distributions.get(name)
 
 
 def names() -> list[str]:

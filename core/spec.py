@@ -75,6 +75,9 @@ class BackendSpec:
     ``probe(world_size)`` answers ``(available, reason)`` without claiming PrivateUse1.
     ``prepare()``, if given, compiles or fetches what ``setup()`` needs without claiming the
     device; the conformance runner calls it once in its own process before starting ranks.
+    ``settings()``, if given, returns the backend's settings and modes that shape a run (its
+    environment switches, a driver or firmware version) as a ``{name: value}`` dict of
+    strings; every conformance report records them.
     """
 
     name: str
@@ -85,6 +88,7 @@ class BackendSpec:
     capabilities: Capabilities = field(default_factory=Capabilities)
     expectations: Path | None = None
     prepare: Callable[[], None] | None = None
+    settings: Callable[[], dict[str, str]] | None = None
     origin: str = ""
 
     def __post_init__(self) -> None:

@@ -1,4 +1,4 @@
-"""Render a vendor backend package ``torch_<name>`` (``accelkit new``, issue #7).
+"""Render a vendor backend package ``torch_<name>`` (``accelkit new``).
 
 The package is made of three kinds of files, so nothing accelkit already has is copied:
 
@@ -29,8 +29,11 @@ from __future__ import annotations
 import ast
 import json
 import keyword
+import os
 import re
 import string
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,6 +106,7 @@ class Names:
             "cname": self.cname,  # democcl
             "CNAME": self.cname.upper(),  # DEMOCCL
             "package": self.package,  # torch_demo
+            "dot": ".",  # file names: ${dot}gitignore.tmpl -> .gitignore
         }
 
     def tokens(self) -> list[tuple[str, str]]:
@@ -120,7 +124,6 @@ class Names:
             ("MOCK", m["NAME"]),
             ("Mock", m["Name"]),
             ("mock", self.name),
-            ("issue #", "accelkit issue #"),  # references to accelkit's tracker stay accelkit's
         ]
 
 
@@ -303,11 +306,13 @@ def _extension_mapping(names: Names) -> dict[str, str]:
     return mapping
 
 
-def _requirement_mapping() -> dict[str, str]:
+def _requirement_mapping(dest: Path | None) -> dict[str, str]:
     """What the generated tox.ini installs: ``${torch_requirement}``, the torch ``accelkit new``
     runs with (an unpinned ``torch`` may pull another, multi-GB build, and the C++ is tied to
     torch's ABI), and ``${accelkit_requirement}``: this accelkit's source tree when it is
-    installed from one (not released yet, or a fork), else this version."""
+    installed from one (not released yet, or a fork), named relative to the package folder
+    ``dest`` (``file://{toxinidir}/...``: no path of this machine in the package), else this
+    version."""
     import importlib.metadata
 
     import torch
@@ -323,14 +328,20 @@ def _requirement_mapping() -> dict[str, str]:
         root = Path(accelkit.__file__).resolve().parents[2]
         if (root / "pyproject.toml").is_file() and (root / "src" / "accelkit").is_dir():
             source = root.as_uri()
+    requirement = f"accelkit=={dist.version}"
+    if source:
+        requirement = f"accelkit @ {source}"
+        local = Path(urllib.request.url2pathname(urllib.parse.urlparse(source).path))
+        if dest is not None:
+            relative = os.path.relpath(local, Path(dest).resolve())
+            requirement = f"accelkit @ file://{{toxinidir}}/{Path(relative).as_posix()}"
     return {"torch_requirement": f"torch=={torch.__version__.split('+')[0]}",
-            "accelkit_requirement": f"accelkit @ {source}" if source
-            else f"accelkit=={dist.version}"}
+            "accelkit_requirement": requirement}
 
 
-def _template_files(names: Names) -> dict[str, str]:
+def _template_files(names: Names, dest: Path | None) -> dict[str, str]:
     files: dict[str, str] = {}
-    mapping = {**names.mapping(), **_extension_mapping(names), **_requirement_mapping()}
+    mapping = {**names.mapping(), **_extension_mapping(names), **_requirement_mapping(dest)}
     for path in sorted(p for p in TEMPLATE_DIR.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts:
             continue
@@ -346,10 +357,11 @@ def _template_files(names: Names) -> dict[str, str]:
     return files
 
 
-def render(names: Names) -> dict[str, str]:
-    """Every file of the package ``torch_<name>``: relative path -> text."""
+def render(names: Names, dest: Path | None = None) -> dict[str, str]:
+    """Every file of the package ``torch_<name>`` to be written into ``dest``: relative path ->
+    text."""
     files = _mock_files(names)
-    for rel, text in _template_files(names).items():
+    for rel, text in _template_files(names, dest).items():
         if rel in files:
             raise TemplateError(f"{rel} is both a template file and rendered from the mock")
         files[rel] = text
@@ -394,7 +406,7 @@ def create_package(name: str, dest: Path | None = None, cname: str | None = None
     names = Names.create(name, cname)
     dest = Path(dest) if dest is not None else Path.cwd() / names.package
     check_destination(dest)
-    files = render(names)
+    files = render(names, dest)
     written: list[Path] = []
     for rel, text in sorted(files.items()):
         path = dest / rel

@@ -1,4 +1,4 @@
-"""bench/collectives.py refuses bad options before starting any rank process (issue #5)."""
+"""bench/collectives.py refuses bad options before starting any rank process."""
 
 from __future__ import annotations
 

@@ -1,9 +1,12 @@
-"""Static tests of the conformance catalogue (issue #6): what is in it, not whether it passes
-(the engine runs it: ``accelkit conformance --backend cpu``).
+"""Static tests of the conformance catalogue: what is in it, not whether it passes (the engine
+runs it: ``accelkit conformance --backend cpu``); and, end to end, that it catches broken
+collective libraries.
 
 Every area module is present, ids are unique and match their module, every docstring names
-its source, requirements are consistent, and every behaviour the design seeds
-(``shared/seeds``: PRs 103235, 102468, 102336, 134247) and the issue's floor list describe
+its source, requirements are consistent, and every behaviour described by the PyTorch PRs the
+design rests on (103235: DTensor's RNG tracker; 102468: cuda-like devices in DeviceMesh and
+DTensor; 102336: DeviceMesh on the dispatchable process group; 134247: the ambient mesh of
+parallelize_module) and every item of the catalogue's floor list (what each area must check)
 maps to checks that exist.
 """
 
@@ -19,8 +22,8 @@ AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "c
          "compile")
 PACKAGE = "accelkit.conformance.checks"
 
-#: Each behaviour the seed PRs describe -> the checks that exercise it.
-SEED_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
+#: Each behaviour the design PRs describe -> the checks that exercise it.
+DESIGN_PR_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
     "103235": {
         "the tracker keeps RNG state as a ByteTensor (16-byte Philox seed + offset)":
             ("rng.state_layout", "rng.supported"),
@@ -79,7 +82,7 @@ SEED_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
     },
 }
 
-#: The floor list of issue #6, by the issue's names -> the checks that cover each item.
+#: The floor list: what each area must check, by check name.
 FLOOR: dict[str, tuple[str, ...]] = {
     "registration": ("default_backend_for_device", "group_backend_for_device",
                      "device_handle_contract", "accelerator_api", "manual_seed_reaches_device"),
@@ -89,7 +92,12 @@ FLOOR: dict[str, tuple[str, ...]] = {
                     "reduce_scatter_single", "reduce_scatter_tensor", "all_to_all_single_equal",
                     "all_to_all_single_uneven", "all_to_all", "gather", "scatter", "send_recv_ring",
                     "barrier", "async_work", "functional", "subgroup_half", "non_contiguous",
-                    "all_reduce_64mib"),
+                    "all_reduce_64mib", "sweep_all_reduce_sum", "sweep_all_reduce_views",
+                    "sweep_all_reduce_product", "sweep_all_reduce_min_max", "sweep_all_reduce_avg",
+                    "sweep_all_reduce_bitwise", "sweep_broadcast", "sweep_reduce",
+                    "sweep_all_gather", "sweep_all_gather_single", "sweep_reduce_scatter",
+                    "sweep_reduce_scatter_single", "sweep_all_to_all_single", "sweep_all_to_all",
+                    "sweep_gather", "sweep_scatter", "sweep_send_recv"),
     "devicemesh": ("mesh_1d", "mesh_2d_names", "mesh_3d", "slice_by_name", "coordinate_local_rank",
                    "flatten", "context_manager", "device_selection", "mesh_larger_than_world",
                    "from_group", "submesh_collective_members"),
@@ -97,14 +105,15 @@ FLOOR: dict[str, tuple[str, ...]] = {
                 "redistribute_2d", "partial", "elementwise", "matmul", "reductions", "view_ops",
                 "softmax", "layer_norm", "embedding", "autograd", "factory", "factory_random",
                 "local_device_index", "distribute_module", "ambient_mesh", "comm_counts",
-                "from_local_run_check", "submesh_non_members", "meta_to_empty", "save_load"),
+                "from_local_run_check", "submesh_non_members", "meta_to_empty", "save_load",
+                "large_redistribute", "large_partial"),
     "rng": ("supported", "state_layout", "manual_seed_sync", "tracker_type", "offset_advance",
             "shard_distinct", "replicate_equal", "mesh_2d", "determinism", "offset_exact", "dropout",
             "user_generator", "fork_rng", "run_state_sync", "init_weights", "submesh"),
     "tp": ("colwise", "rowwise", "mlp", "sequence_parallel", "prepare_module_io",
            "dict_plan_wildcards", "ambient_mesh", "feedforward_in_init", "partial_output",
            "plan_none_warns", "no_mesh_raises", "transformer_block", "dropout_deterministic",
-           "dropout_offset_exact", "optimizer_step", "meta_init_2d", "comm_counts"),
+           "dropout_offset_exact", "optimizer_step", "meta_init_2d", "comm_counts", "large_mlp"),
     "checkpoint": ("sharded_roundtrip", "reshard_shard1", "reshard_replicate", "reshard_2d",
                    "tp_model_roundtrip"),
     "compile": ("registration", *(f"{program}_{backend}" for program in (
@@ -140,21 +149,22 @@ def test_every_docstring_states_the_behaviour_and_its_source(catalogue):
         assert SOURCE.search(c.doc), f"{cid}: docstring names no source (PR number or torch API)"
 
 
-def test_seed_behaviours_map_to_existing_checks(catalogue):
-    for pr, behaviours in SEED_COVERAGE.items():
+def test_design_pr_behaviours_map_to_existing_checks(catalogue):
+    for pr, behaviours in DESIGN_PR_COVERAGE.items():
         for behaviour, ids in behaviours.items():
             missing = [cid for cid in ids if cid not in catalogue]
             assert not missing, f"PR {pr} '{behaviour}': no check {missing}"
 
 
-def test_checks_named_after_a_seed_pr_are_in_its_table(catalogue):
-    covered = {pr: {cid for ids in table.values() for cid in ids} for pr, table in SEED_COVERAGE.items()}
+def test_checks_citing_a_design_pr_are_in_its_table(catalogue):
+    covered = {pr: {cid for ids in table.values() for cid in ids}
+               for pr, table in DESIGN_PR_COVERAGE.items()}
     for cid, c in catalogue.items():
         for pr in re.findall(r"PR (\d{6})", c.doc):
-            assert pr in covered, f"{cid} cites PR {pr}, which is not a seed"
+            assert pr in covered, f"{cid} cites PR {pr}, which is not a design PR of the table"
 
 
-def test_issue_floor_list_is_covered(catalogue):
+def test_floor_list_is_covered(catalogue):
     for area, names in FLOOR.items():
         missing = [f"{area}.{n}" for n in names if f"{area}.{n}" not in catalogue]
         assert not missing, f"floor items without a check: {missing}"
@@ -251,3 +261,43 @@ def test_expect_raises_fails_when_nothing_or_the_wrong_message_is_raised():
     with pytest.raises(KeyError):  # another exception type is not swallowed
         with expect_raises(ValueError, what="parse"):
             raise KeyError("x")
+
+
+WRAPPER = '''
+import sys
+sys.path.insert(0, {fixtures!r})
+import unreduced_fault
+unreduced_fault.wrap_catalogue(__name__, {threshold}, ("collectives", "dtensor", "tp"))
+'''
+
+#: Fault thresholds: a library wrong above 4 KiB, and one wrong above 1 MiB.
+THRESHOLDS = {"unreduced_above_4kib": 4 * 1024, "unreduced_above_1mib": 1024 * 1024}
+
+
+def test_a_library_wrong_above_a_size_is_caught_across_collectives_dtensor_and_tp(tmp_path):
+    """A collective library that returns reductions unreduced above 4 KiB, and one that does
+    so above 1 MiB, are each caught (FAIL or ERROR) by at least 5 checks, among them checks of
+    collectives, DTensor and TP. One run of the three areas on the mock at 2 ranks, both
+    thresholds (tests/fixtures/unreduced_fault.py wraps the catalogue's checks)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    fixtures = str(Path(__file__).parent / "fixtures")
+    argv = [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
+            "--world-size", "2", "--report-dir", str(tmp_path / "report")]
+    for name, threshold in THRESHOLDS.items():
+        (tmp_path / f"{name}.py").write_text(WRAPPER.format(fixtures=fixtures, threshold=threshold))
+        argv += ["--checks-module", str(tmp_path / f"{name}.py"), "--area", name]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    for name in THRESHOLDS:
+        caught = sorted(c["id"].split(".", 1)[1].replace("__", ".", 1) for c in report["checks"]
+                        if c["area"] == name and c["outcome"] in ("fail", "error"))
+        areas = {cid.split(".")[0] for cid in caught}
+        assert len(caught) >= 5 and areas == {"collectives", "dtensor", "tp"}, (name, caught)
+        print(f"{name}: caught by {len(caught)} checks: {', '.join(caught)}")

@@ -21,6 +21,7 @@ import torch, pydevice
 from accelkit.core import register_accelerator, check_device_handle
 pydevice.install_hooks()
 mod = pydevice.make_module("pydev")
+cpu_rng = torch.get_rng_state()
 {change}
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
@@ -29,7 +30,8 @@ after_registration = mod._state["initialized"]
 full = check_device_handle("pydev")
 out = {{"registration": registration.to_dict(), "full": full.to_dict(), "text": full.render(),
        "warned": [str(w.message) for w in caught], "after_registration": after_registration,
-       "state": mod._state}}
+       "state": mod._state, "cpu_rng_kept": torch.equal(torch.get_rng_state(), cpu_rng),
+       "cuda_seed_queued": torch.cuda._lazy_seed_tracker.manual_seed_all_cb is not None}}
 {extra}
 print(json.dumps(out))
 """
@@ -111,6 +113,8 @@ def test_good_module_passes_and_probing_restores_state(results):
     assert r["after_registration"] is False  # registering must not initialise the device
     assert r["state"]["current"] == 0
     assert r["state"]["rng"] == [[0, 0], [0, 0]]  # every device's RNG state was restored
+    # torch.manual_seed (probed) reseeds every device: the CPU's and CUDA's seeds are kept too
+    assert r["cpu_rng_kept"] and not r["cuda_seed_queued"]
     assert r["warned"] == []
     assert "torch.pydev: " in r["text"] and r["text"].splitlines()[0].endswith("OK")
 

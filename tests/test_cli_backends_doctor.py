@@ -91,13 +91,13 @@ def test_doctor_unknown_backend(capsys):
 
 def test_doctor_backend_not_built_yet(fresh, capsys):
     def setup():
-        raise NotImplementedError("the acme device is not built yet, see issue #9")
+        raise NotImplementedError("the acme device is not built yet")
 
     fresh.register(_spec("acme", setup=setup), origin="test")
     assert main(["doctor", "acme"]) == 2
     assert capsys.readouterr().err == (
         "accelkit doctor: cannot set up backend 'acme': NotImplementedError: the acme device is "
-        "not built yet, see issue #9\n")
+        "not built yet\n")
 
 
 def test_doctor_unavailable_backend(fresh, capsys):
@@ -137,3 +137,32 @@ def test_doctor_exit_code_1_on_errors():
     assert ("[ERROR] get_rng_state: get_rng_state() is a 8-element torch.uint8 tensor on cpu, "
             "not 16 uint8 bytes on cpu (uint64 seed + int64 offset)") in lines
     assert "Traceback" not in proc.stderr
+
+
+DOCTOR_RANDOM_OP = """
+import sys, torch
+import accelkit.backends.mock  # noqa: F401
+from accelkit.cli import main
+
+if sys.argv[1] == "cpu-generator":  # a uniform_ kernel that draws from the CPU generator
+    lib = torch.library.Library("aten", "IMPL")
+
+    def uniform_(self, low=0.0, high=1.0, generator=None):
+        return self.copy_(torch.empty(self.shape, dtype=self.dtype).uniform_(low, high))
+
+    lib.impl("uniform_", uniform_, "PrivateUse1")
+sys.exit(main(["doctor", "mock"]))
+"""
+
+
+@pytest.mark.parametrize("kernel", ["accelkit", "cpu-generator"])
+def test_doctor_probes_that_a_device_random_op_advances_the_offset(kernel):
+    proc = run_python(DOCTOR_RANDOM_OP, kernel, timeout=300)
+    if kernel == "accelkit":
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "<random op>" not in proc.stdout
+        return
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("[ERROR] <random op>: torch.rand(64, device='mock:0') left the generator at (seed, "
+            "offset) (") in proc.stdout
+    assert "expected seed" in proc.stdout and "and an offset above" in proc.stdout

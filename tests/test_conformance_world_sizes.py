@@ -1,7 +1,9 @@
 """The catalogue on the mock at the other world sizes it declares (``also_at``): every check
-written for 2 ranks passes on 2, every one written for 8 passes on 8, each run at that size.
-This keeps the ``also_at`` declarations true (issue #3: ``--world-size``; a 2-device machine
-and an 8-rank torchrun launch get a report). About 25 s and 70 s here."""
+written for 2 ranks passes on 2, every one written for 8 passes on 8, each run at that size
+(but the DTensor random checks of the compile area, which SKIP with torch's refusal: torch 2.13
+compiles DTensor random ops for CUDA only, docs/compile.md). This keeps the ``also_at``
+declarations true (``--world-size``: a 2-device machine and an 8-rank torchrun launch get a
+report). About 50 s and 100 s here."""
 
 from __future__ import annotations
 
@@ -13,10 +15,13 @@ import sys
 import pytest
 from accelkit.conformance import loader
 
+#: Checks torch itself refuses on the mock (SKIP naming torch's limitation).
+TORCH_REFUSES = {"compile.dtensor_random_aot_eager", "compile.dtensor_random_inductor"}
+
 
 @pytest.mark.parametrize("world_size", [2, 8])
 def test_mock_passes_every_check_written_for_the_world_size(world_size, tmp_path):
-    expected = {c.id for c in loader.select(loader.load([]), world_size=world_size)}
+    expected = {c.id for c in loader.select(loader.load([])) if world_size in c.world_sizes}
     proc = subprocess.run(
         [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
          "--world-size", str(world_size), "--report-dir", str(tmp_path)],
@@ -26,7 +31,11 @@ def test_mock_passes_every_check_written_for_the_world_size(world_size, tmp_path
     checks = json.loads((tmp_path / "report.json").read_text())["checks"]
     assert {c["id"] for c in checks} == expected
     assert all(c["world_size"] == world_size and len(c["ranks"]) == world_size for c in checks)
-    failed = {c["id"]: c["reason"] for c in checks if c["outcome"] != "pass"}
+    refused = {c["id"] for c in checks if c["id"] in TORCH_REFUSES and c["outcome"] == "skip"
+               and c["reason"].startswith("unsupported by torch")}
+    assert refused == TORCH_REFUSES
+    failed = {c["id"]: c["reason"] for c in checks
+              if c["outcome"] != "pass" and c["id"] not in refused}
     assert not failed, failed
 
 

@@ -1,4 +1,4 @@
-"""End to end: one `accelkit conformance` run on cpu over every fixture check (issue #3).
+"""End to end: one `accelkit conformance` run on cpu over every fixture check.
 
 One run (2- and 4-rank pools, ~30 s here) covers every outcome; the tests below read its
 output, report files and what it left behind."""
@@ -158,29 +158,37 @@ def test_per_rank_details(run):
 def test_progress_and_summary(run):
     out = run.proc.stdout
     lines = out.splitlines()
-    assert lines[0].startswith("[ 1/15] PASS") and "fixture.broadcast (ws 2)" in lines[0]
+    assert lines[0].startswith("[ 1/15] PASS") and "fixture.broadcast@2" in lines[0]
     assert "[pass=1]" in lines[0] and "pool start)" in lines[0]
     assert any(line.startswith("[ 4/15] TIMEOUT") for line in lines)
     row = next(line for line in lines if line.startswith("fixture "))
     assert row.split()[1:11] == ["4", "1", "2", "1", "2", "3", "1", "1", "0", "15"]
-    assert "  CRASH       fixture.segv_rank0: rank 0: died: SIGSEGV" in out
-    assert "  FAIL        fixture.fail_rank1: rank 1: AssertionError: rank 1 disagrees: sum=2" \
+    assert "  CRASH       fixture.segv_rank0@2: rank 0: died: SIGSEGV" in out
+    assert "  FAIL        fixture.fail_rank1@2: rank 1: AssertionError: rank 1 disagrees: sum=2" \
         in out
+    # an XFAIL's reason keeps what actually failed, on its own line
+    assert ("  XFAIL       fixture.known_bug@4: expected failure: the fixture fails on purpose\n"
+            "              actual FAIL: rank 0: AssertionError: known bug") in out
+    assert "versions: " not in out and ", torch 2." in lines[lines.index("") + 1]
     assert "FAILED: 6 check(s) did not pass" in out
 
 
 def test_report_json_schema(run):
     r = run.report
-    assert r["schema"] == "accelkit.conformance/1"
+    assert r["schema"] == "accelkit.conformance/2"
     assert r["backend"]["name"] == "cpu" and r["backend"]["process_group_backend"] == "gloo"
     assert r["device"]["type"] == "cpu"
-    assert r["torch"].startswith("2.")
+    assert r["versions"]["torch"].startswith("2.")
+    assert r["versions"]["accelkit"] and r["versions"]["python"].startswith("3.")
+    assert r["versions"]["backend_distribution"]["name"] == "accelkit"
+    assert r["error"] is None and r["left_out"] == [] and r["mode"] == "pool"
     assert r["world_sizes"] == [2, 4]
     assert r["summary"]["total"] == 15 and r["summary"]["crash"] == 2
     assert r["areas"]["fixture"]["pass"] == 4
     assert r["expectations"] == engine_env.EXPECTATIONS
     assert r["options"]["memory_limit_mb"] == 512
     check = run.checks["fixture.all_reduce"]
+    assert check["key"] == "fixture.all_reduce@4"
     assert set(check) >= {"id", "area", "world_size", "requires", "doc", "outcome", "actual",
                           "reason", "duration_s", "expectation", "ranks"}
 
@@ -193,17 +201,27 @@ def test_junit_xml(run):
     assert suite.attrib["errors"] == "5"     # ERROR x2, TIMEOUT, CRASH x2
     assert suite.attrib["skipped"] == "4"    # SKIP x3, XFAIL
     cases = {c.attrib["name"]: c for c in suite.findall("testcase")}
-    assert cases["segv_rank0"].find("error").attrib["type"] == "CRASH"
-    assert cases["hangs"].find("error").attrib["type"] == "TIMEOUT"
-    assert cases["fail_rank1"].find("failure").attrib["message"].startswith("rank 1:")
-    assert cases["known_bug"].find("skipped").attrib["type"] == "XFAIL"
-    assert cases["broadcast"].find("failure") is None and cases["broadcast"].find("error") is None
+    assert {c.attrib["classname"] for c in cases.values()} == {"accelkit.conformance.fixture"}
+    assert cases["segv_rank0@2"].find("error").attrib["type"] == "CRASH"
+    assert cases["hangs@2"].find("error").attrib["type"] == "TIMEOUT"
+    assert cases["fail_rank1@2"].find("failure").attrib["message"].startswith("rank 1:")
+    known = cases["known_bug@4"]
+    assert known.find("skipped").attrib["type"] == "XFAIL"
+    assert "actual FAIL: rank 0: AssertionError: known bug" in known.find("skipped").text
+    assert cases["broadcast@2"].find("failure") is None
+    assert cases["broadcast@2"].find("error") is None
+    props = {p.attrib["name"]: p.attrib["value"] for p in suite.find("properties")}
+    assert props["backend"] == "cpu" and ", torch 2." in props["versions"]
 
 
 def test_report_md(run):
     md = (run.out / "report.md").read_text()
     assert md.startswith("# PyTorch distributed conformance: `cpu`")
     assert "**Result: ❌ not conformant**" in md
-    assert "| `fixture.segv_rank0` | 💥 CRASH |" in md
-    assert "| `fixture.known_bug` | ⚠️ known failure |" in md
+    assert "| `fixture.segv_rank0` | 2 | 💥 CRASH |" in md
+    assert "| `fixture.known_bug` | 4 | ⚠️ known failure |" in md
+    # every line of a reason: what actually failed under the known failure
+    assert ("expected failure: the fixture fails on purpose<br>actual FAIL: rank 0: "
+            "AssertionError: known bug") in md
+    assert "| versions | accelkit " in md
     assert "([link](https://example.invalid/issues/1))" in md

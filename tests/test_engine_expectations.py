@@ -1,4 +1,4 @@
-"""Expectations files: format, torch ranges, and the errors for bad files (issue #3)."""
+"""Expectations files: format, torch ranges, and the errors for bad files."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ reason = "hangs"
     assert exp["rng.offset_exact"].reason == "dropout uses the CPU generator"
     assert exp["rng.offset_exact"].link == "https://example.invalid/1"
     assert exp["collectives.all_reduce_sum"].to_dict() == {
-        "status": "skip", "reason": "hangs", "link": None, "torch": None}
+        "key": "collectives.all_reduce_sum", "status": "skip", "reason": "hangs", "link": None,
+        "torch": None}
 
 
 def test_torch_range_selects_entries(tmp_path):
@@ -108,3 +109,35 @@ def test_bad_torch_range(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ExpectationsError, match="cannot read expectations file .*nope.toml"):
         load(tmp_path / "nope.toml", KNOWN, "2.13.0")
+
+
+def test_an_entry_for_one_world_size_wins_over_the_plain_one(tmp_path):
+    from accelkit.conformance.expectations import lookup
+
+    exp, _ = _load(tmp_path, '''
+[checks."rng.offset_exact"]
+status = "xfail"
+reason = "everywhere"
+
+[checks."rng.offset_exact@8"]
+status = "skip"
+reason = "hangs on 8 ranks"
+''')
+    assert set(exp) == {"rng.offset_exact", "rng.offset_exact@8"}
+    assert lookup(exp, "rng.offset_exact", 8).reason == "hangs on 8 ranks"
+    assert lookup(exp, "rng.offset_exact", 4).reason == "everywhere"
+    assert exp["rng.offset_exact@8"].to_dict()["key"] == "rng.offset_exact@8"
+    assert lookup(exp, "collectives.all_reduce_sum", 4) is None
+
+
+def test_world_size_entry_errors(tmp_path):
+    from accelkit.conformance.api import CheckDef
+
+    with pytest.raises(ExpectationsError, match=r"after '@' comes the world size"):
+        _load(tmp_path, '[checks."rng.offset_exact@x"]\nstatus = "skip"\nreason = "x"\n')
+    path = tmp_path / "sized.toml"
+    path.write_text('[checks."a.b@3"]\nstatus = "skip"\nreason = "x"\n')
+    known = {"a.b": CheckDef(id="a.b", fn=lambda ctx: None, world_size=4, also_at=(2,), doc="d")}
+    with pytest.raises(ExpectationsError, match=r":1: checks.\"a.b@3\": a.b is written for "
+                                                r"world sizes 4, 2, not 3"):
+        load(path, known, "2.13.0")

@@ -1,19 +1,23 @@
 """The worker pool in this process: ranks are reaped on every kind of teardown, so no zombie
-and no orphan is left (issue #3)."""
+and no orphan is left."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
 import engine_env  # noqa: E402
 from accelkit.conformance.pool import Pool  # noqa: E402
 
+POOL_CHECKS = str(Path(engine_env.FIXTURES) / "engine_pool_checks.py")
+
 
 def _pool():
-    return Pool("cpu", 2, modules=[engine_env.CHECKS], builtin=False)
+    return Pool("cpu", 2, modules=[engine_env.CHECKS, POOL_CHECKS], builtin=False)
 
 
 def test_graceful_close_reaps_every_rank():
@@ -33,3 +37,63 @@ def test_crash_tears_down_and_reaps_the_pool():
     assert (ranks[1].status, ranks[1].exit) == ("crash", "exit code 3")
     assert not pool.alive
     assert engine_env.children(os.getpid()) == []  # no zombie, no survivor
+
+
+def test_a_rank_that_died_between_checks_is_a_crash_not_an_engine_error():
+    """Sending the next check to a rank that is already dead (BrokenPipeError) is that rank's
+    CRASH; the barrier after a check does not raise either."""
+    pool = _pool()
+    try:
+        os.kill(pool.procs[1].pid, signal.SIGKILL)
+        pool.procs[1].wait(timeout=30)
+        ranks, torn_down = pool.run("fixture.broadcast", timeout_s=30)
+        assert torn_down == "crash"
+        assert (ranks[1].status, ranks[1].exit) == ("crash", "SIGKILL")
+        assert not pool.alive
+        other = _pool()
+        os.kill(other.procs[0].pid, signal.SIGKILL)
+        other.procs[0].wait(timeout=30)
+        assert other.sync() is False
+    finally:
+        pool.close(graceful=False)
+        if "other" in locals():
+            other.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []
+
+
+def test_a_rank_that_closes_its_connection_but_lives_is_killed_and_reported():
+    """A rank closing its socket without exiting is a CRASH within seconds; the engine does
+    not wait on it forever."""
+    pool = _pool()
+    box = {}
+    runner = threading.Thread(target=lambda: box.update(
+        out=pool.run("pool.closes_connection", timeout_s=60)), daemon=True)
+    try:
+        runner.start()
+        runner.join(30)
+        assert not runner.is_alive(), "the engine waits forever on a rank that closed its socket"
+        ranks, torn_down = box["out"]
+        assert torn_down == "crash"
+        assert ranks[1].status == "crash"
+        assert "closed its connection" in ranks[1].message
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []
+
+
+def test_a_check_failing_on_one_rank_while_another_waits_ends_in_seconds():
+    import time
+
+    from accelkit.conformance.outcomes import Outcome, merge
+
+    pool = _pool()
+    try:
+        started = time.monotonic()
+        ranks, torn_down = pool.run("pool.fails_then_waits", timeout_s=120)
+        assert time.monotonic() - started < pool.out_of_step_s + 10
+        assert torn_down == "out of step"
+        assert [r.status for r in ranks] == ["aborted", "fail"]
+        assert merge(ranks) == (Outcome.FAIL, "rank 1: AssertionError: rank 1 fails first")
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []

@@ -1,5 +1,5 @@
 """The pytest plugin: inert without --accelkit-backend; with it, checks are pytest items whose
-outcomes and JUnit output are pytest's own (issue #3)."""
+outcomes and JUnit output are pytest's own, with the names `accelkit conformance` gives."""
 
 from __future__ import annotations
 
@@ -38,9 +38,9 @@ def test_collect_only_lists_checks_without_starting_a_pool(tmp_path):
                    "--accelkit-world-size", "2")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[:6] == [
-        f"accelkit::fixture.{name}"
+        f"accelkit/conformance/fixture::{name}@2"
         for name in ("broadcast", "fail_rank1", "raises", "hangs", "exits_rank1", "segv_rank0")]
-    assert "accelkit::fixture.all_reduce" not in proc.stdout  # 4 ranks: not selected
+    assert "fixture::all_reduce" not in proc.stdout  # 4 ranks: not selected
     assert "6 tests collected" in proc.stdout
 
 
@@ -50,6 +50,7 @@ def test_checks_run_as_items_with_pytest_outcomes_and_junit(tmp_path):
     junit = tmp_path / "junit.xml"
     proc = _pytest(tmp_path, "--accelkit-backend", "cpu", *PLUGIN_ARGS,
                    "--accelkit-expectations", str(exp), "-k", "broadcast or fail_rank1 or raises",
+                   "--accelkit-report-dir", str(tmp_path / "reports"),
                    f"--junitxml={junit}", "-rA")
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
@@ -57,11 +58,15 @@ def test_checks_run_as_items_with_pytest_outcomes_and_junit(tmp_path):
     assert "FAIL: fixture.fail_rank1 on 2 ranks" in out
     assert "rank 1: AssertionError: rank 1 disagrees: sum=2" in out
     cases = {c.attrib["name"]: c for c in ET.parse(junit).getroot().iter("testcase")}
-    assert set(cases) == {"fixture.broadcast", "fixture.fail_rank1", "fixture.raises"}
-    assert {c.attrib["classname"] for c in cases.values()} == {"accelkit"}
-    assert "rank 1 disagrees" in cases["fixture.fail_rank1"].find("failure").attrib["message"]
-    assert cases["fixture.raises"].find("skipped").attrib["type"] == "pytest.xfail"
-    assert list(cases["fixture.broadcast"]) == []
+    # the names accelkit conformance's own junit.xml gives the same checks
+    assert set(cases) == {"broadcast@2", "fail_rank1@2", "raises@2"}
+    assert {c.attrib["classname"] for c in cases.values()} == {"accelkit.conformance.fixture"}
+    assert "rank 1 disagrees" in cases["fail_rank1@2"].find("failure").attrib["message"]
+    assert cases["raises@2"].find("skipped").attrib["type"] == "pytest.xfail"
+    assert list(cases["broadcast@2"]) == []
+    own = ET.parse(tmp_path / "reports" / "junit.xml").getroot()
+    assert {(c.attrib["classname"], c.attrib["name"]) for c in own.iter("testcase")} == {
+        (c.attrib["classname"], c.attrib["name"]) for c in cases.values()}
 
 
 def test_bad_option_is_a_usage_error(tmp_path):

@@ -1,6 +1,6 @@
 """torchrun mode on one machine: `torchrun --standalone --nproc-per-node 2 -m
 accelkit.conformance` runs checks on the launch's ranks, rank 0 writes the reports; a hang or a
-dead rank stops the launch with a report and a non-zero exit (issue #3)."""
+dead rank stops the launch with a report and a non-zero exit."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_checks_run_on_the_launch_and_a_hang_stops_it_with_a_report(tmp_path):
     assert checks["fixture.fail_rank1"]["reason"] == "rank 1: AssertionError: rank 1 disagrees: sum=2"
     assert checks["fixture.hangs"]["reason"] == "rank 1: no answer within 3 s"
     assert report["aborted"] == ("TIMEOUT in fixture.hangs; 2 check(s) not run: "
-                                 "fixture.exits_rank1, fixture.all_reduce")
+                                 "fixture.exits_rank1@2, fixture.all_reduce@4")
     assert "ABORTED: TIMEOUT in fixture.hangs" in proc.stdout
     assert "[4/6] TIMEOUT" in proc.stdout
 
@@ -81,3 +81,66 @@ def test_catalogue_checks_written_for_the_launch_size_run_at_it(tmp_path):
     half = checks["collectives.subgroup_half"]
     assert half["outcome"] == "skip"
     assert half["reason"].startswith("written for 4 ranks; this launch has 2"), half["reason"]
+
+
+class _Store:
+    """The few TCPStore calls rank 0's watchdog makes, over a dict."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def set(self, key, value) -> None:
+        self.data[key] = value if isinstance(value, bytes) else str(value).encode()
+
+    def get(self, key) -> bytes:
+        return self.data[key]
+
+    def check(self, keys) -> bool:
+        return all(k in self.data for k in keys)
+
+
+def _launch_runner(monkeypatch):
+    import pickle
+
+    from accelkit.conformance.api import CheckDef
+    from accelkit.conformance.options import Options
+    from accelkit.conformance.outcomes import RankResult
+    from accelkit.conformance.plan import Step
+    from accelkit.conformance.torchrun import LaunchRunner
+    from accelkit.core import registry
+
+    store = _Store()
+    runner = LaunchRunner(registry.get("cpu"), Options(timeout_s=5), None,
+                          ranks={"rank": 0, "world_size": 2, "local_rank": 0,
+                                 "local_world_size": 2},
+                          store=store, watch_store=store, finish=lambda report: None)
+    check = Step(CheckDef(id="unit.check", fn=lambda ctx: None, world_size=2, doc="d"))
+    aborts = []
+    monkeypatch.setattr(runner, "abort", lambda *args: aborts.append(args))
+    runner.index = 1
+    for rank in range(2):
+        store.set(f"1/rank{rank}", pickle.dumps(RankResult(rank=rank, status="pass")))
+    return runner, check, aborts
+
+
+def test_watchdog_firing_after_every_rank_answered_does_not_abort(monkeypatch):
+    """The per-check timer may fire between the last answer and its cancel(): a check every
+    rank answered is not a TIMEOUT and the launch goes on."""
+    import time
+
+    runner, check, aborts = _launch_runner(monkeypatch)
+    runner._current = (check, time.perf_counter())
+    runner._on_timeout(check)
+    assert aborts == []
+
+
+def test_sigterm_between_checks_is_reported_once(monkeypatch):
+    """torchrun's SIGTERM while no check runs: the launch is reported stopped between checks
+    (no TypeError reading the running check, no second report)."""
+    import signal
+
+    runner, _, aborts = _launch_runner(monkeypatch)
+    runner._current = None
+    monkeypatch.setattr(signal, "sigwait", lambda signals: signal.SIGTERM)
+    runner.watch_sigterm()
+    assert aborts == [(None, [], "launch stopped (SIGTERM from torchrun) between checks")]

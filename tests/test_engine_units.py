@@ -1,5 +1,5 @@
 """The engine's pure parts, without processes: merging per-rank results, selection, exit
-rules, report writers on a synthetic run, the /dev/shm sweep (issue #3)."""
+rules, report writers on a synthetic run, the /dev/shm sweep."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import xml.etree.ElementTree as ET
 import pytest
 from accelkit.conformance import loader, reports, terminal
 from accelkit.conformance.api import CheckDef
+from accelkit.conformance.model import RunReport
+from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
 from accelkit.conformance.pool import SHM_DIR, sweep_shm
-from accelkit.conformance.runner import RunOptions, RunReport
 from accelkit.core import registry
 
 
@@ -38,7 +39,7 @@ def _def(cid, ws=4, also_at=()):
     return CheckDef(id=cid, fn=lambda ctx: None, world_size=ws, doc="d", also_at=also_at)
 
 
-def test_select_by_area_substring_glob_and_world_size():
+def test_select_by_area_substring_and_glob():
     checks = {c.id: c for c in [_def("mesh.one"), _def("mesh.two", 2), _def("dtensor.one"),
                                 _def("collectives.all_reduce_sum"), _def("mesh.a_last")]}
     ids = lambda sel: [c.id for c in sel]  # noqa: E731
@@ -49,29 +50,111 @@ def test_select_by_area_substring_glob_and_world_size():
     assert ids(loader.select(checks, patterns=["one"])) == ["dtensor.one", "mesh.one"]
     assert ids(loader.select(checks, patterns=["*.one"])) == ["dtensor.one", "mesh.one"]
     assert ids(loader.select(checks, patterns=["all_red*"])) == []  # a glob matches the whole id
-    assert ids(loader.select(checks, world_size=2)) == ["mesh.two"]
 
 
-def test_select_runs_a_check_at_a_world_size_it_is_also_written_for():
-    checks = {c.id: c for c in [_def("a.fixed"), _def("a.scales", also_at=(2, 8)),
-                                _def("a.only8", 8)]}
-    at2 = loader.select(checks, world_size=2)
-    assert [(c.id, c.world_size) for c in at2] == [("a.scales", 2)]
-    at8 = loader.select(checks, world_size=8)
-    assert [(c.id, c.world_size) for c in at8] == [("a.scales", 8), ("a.only8", 8)]
-    # without --world-size every check runs at its own default size
-    assert [(c.id, c.world_size) for c in loader.select(checks)] == [
-        ("a.fixed", 4), ("a.scales", 4), ("a.only8", 8)]
+def _plan(checks, world_sizes=(), expectations=None, **host):
+    from accelkit.conformance.plan import Host, make_plan
+
+    return make_plan(checks, expectations or {}, Host(backend="b", **host), world_sizes)
+
+
+def _expectation(check_id, status="xfail", world_size=None):
+    from accelkit.conformance.expectations import Expectation
+
+    return Expectation(check_id, status, "why", world_size=world_size)
+
+
+def test_plan_runs_each_check_at_every_requested_size_it_is_written_for():
+    checks = [_def("a.fixed"), _def("a.scales", also_at=(2, 8)), _def("a.only8", 8)]
+    keys = lambda plan: [s.key for s in plan.steps]  # noqa: E731
+    assert keys(_plan(checks)) == ["a.fixed@4", "a.scales@4", "a.only8@8"]
+    at2 = _plan(checks, [2])
+    assert keys(at2) == ["a.scales@2"]
+    assert [(c.id, c.world_sizes) for c in at2.left_out] == [("a.fixed", (4,)),
+                                                             ("a.only8", (8,))]
+    assert keys(_plan(checks, [8, 2])) == ["a.scales@2", "a.scales@8", "a.only8@8"]
+    assert at2.steps[0].check.world_sizes == (2, 4, 8)  # run at 2, still written for all
     with pytest.raises(ValueError, match=r"'a.fixed' is written for world sizes \[4\], not 2"):
-        checks["a.fixed"].at(2)
+        checks[0].at(2)
 
 
-def test_check_decorator_rejects_bad_world_sizes():
+def test_plan_decides_what_does_not_run_and_why_in_order():
+    checks = [_def("a.one"), _def("a.two", also_at=(2,)), _def("a.three")]
+    exps = {"a.one": _expectation("a.one", "skip"), "a.two@4": _expectation("a.two", world_size=4),
+            "a.two": _expectation("a.two", "skip")}
+    plan = _plan(checks, expectations=exps, problems={4: "4 devices needed, 2 present"})
+    decided = {s.key: s.decided for s in plan.steps}
+    assert decided["a.one@4"] == (Outcome.SKIP, "expected skip: why")
+    assert decided["a.two@4"] == (Outcome.SKIP, "4 devices needed, 2 present; --world-size 2 "
+                                                "runs it on 2 ranks")
+    assert decided["a.three@4"] == (Outcome.SKIP, "4 devices needed, 2 present")
+    assert plan.steps[1].expectation.key == "a.two@4"  # id@N wins over id
+    unavailable = _plan(checks, unavailable="no driver")
+    assert {s.decided for s in unavailable.steps} == {
+        (Outcome.UNAVAILABLE, "backend 'b' cannot run here: no driver")}
+    missing = _plan(checks, missing=lambda requires: "needs an accelerator")
+    assert {s.decided for s in missing.steps} == {(Outcome.SKIP, "needs an accelerator")}
+    assert {s.decided for s in _plan(checks).steps} == {None}
+
+
+def test_plan_for_a_launch_skips_checks_written_for_another_size():
+    checks = [_def("a.fixed"), _def("a.scales", also_at=(2,))]
+    plan = _plan(checks, launch=2, problems={2: None})
+    assert [(s.key, s.decided and s.decided[0]) for s in plan.steps] == [
+        ("a.scales@2", None), ("a.fixed@4", Outcome.SKIP)]
+    assert plan.steps[1].decided[1].startswith("written for 4 ranks; this launch has 2")
+
+
+def _declare(tmp_path, source: str, name: str = "declared") -> dict:
+    """Import ``source`` as the check module ``<name>.py`` (through the loader); its checks."""
+    path = tmp_path / f"{name}.py"
+    path.write_text("from accelkit.conformance.api import Defaults, check\n\n" + source)
+    checks = loader.load([str(path)], builtin=False)
+    return {cid: c for cid, c in checks.items() if c.module.endswith("." + name)}
+
+
+DECLARED = '''
+CHECK_DEFAULTS = Defaults(also_at=(2, 8), requires=("accelerator",))
+
+
+@check
+def plain(ctx):
+    """Takes every default (torch.distributed)."""
+
+
+@check(world_size=8, also_at=(), requires=(), timeout=9)
+def overridden(ctx):
+    """Replaces each default (torch.distributed)."""
+'''
+
+
+def test_check_id_comes_from_module_and_function_and_defaults_from_the_module(tmp_path):
+    checks = _declare(tmp_path, DECLARED)
+    plain, overridden = checks["declared.plain"], checks["declared.overridden"]
+    assert (plain.world_size, plain.also_at, plain.requires, plain.timeout) == (
+        4, (2, 8), ("accelerator",), None)
+    assert (overridden.world_size, overridden.also_at, overridden.requires,
+            overridden.timeout) == (8, (), (), 9)
+    named = _declare(tmp_path, "CHECK_DEFAULTS = Defaults(area='elsewhere')\n\n\n@check\n"
+                               "def one(ctx):\n    'Area from the module (torch).'\n",
+                     name="area_override")
+    assert list(named) == ["elsewhere.one"]
+
+
+def test_check_declaration_errors(tmp_path):
     from accelkit.conformance.api import check
 
-    for kwargs in ({"world_size": 0}, {"also_at": (0,)}, {"world_size": 4, "also_at": (4,)}):
-        with pytest.raises(ValueError, match="world sizes must be >= 1"):
-            check("x.bad", **kwargs)
+    with pytest.raises(TypeError, match=r"@check\('x.bad'\): a check's id is <module name>"):
+        check("x.bad")
+    for i, kwargs in enumerate(("world_size=0", "also_at=(0,)", "world_size=4, also_at=(4,)")):
+        with pytest.raises(loader.CheckLoadError, match="world sizes must be >= 1"):
+            _declare(tmp_path, f"@check({kwargs})\ndef bad(ctx):\n    'x (torch).'\n",
+                     name=f"bad{i}")
+    with pytest.raises(loader.CheckLoadError, match="set it before the first check"):
+        _declare(tmp_path, "@check\ndef early(ctx):\n    'x (torch).'\n\n\n"
+                           "CHECK_DEFAULTS = Defaults(also_at=(2,))\n", name="late")
+    with pytest.raises(loader.CheckLoadError, match="needs a docstring"):
+        _declare(tmp_path, "@check\ndef nodoc(ctx):\n    pass\n", name="nodoc")
 
 
 def test_import_module_errors_name_the_module(tmp_path):
@@ -92,8 +175,8 @@ def _report(strict=False, **extra):
                     actual=Outcome.PASS),
         CheckResult("b.skip", 2, Outcome.SKIP, "no accelerator"),
     ]
-    return RunReport(spec=registry.get("cpu"), options=RunOptions(strict=strict),
-                     results=results, torch="2.13.0", **extra)
+    return RunReport(spec=registry.get("cpu"), options=Options(strict=strict),
+                     results=results, versions={"torch": "2.13.0"}, **extra)
 
 
 def test_xpass_fails_only_under_strict():
@@ -110,7 +193,7 @@ def test_junit_strict_xpass_is_a_failure():
     root = reports.to_junit(_report(strict=True)).getroot()
     suite = root.find("testsuite[@name='a']")
     assert suite.attrib["failures"] == "1"
-    case = suite.find("testcase[@name='fixed']")
+    case = suite.find("testcase[@name='fixed@4']")
     assert case.find("failure").attrib["type"] == "XPASS"
     loose = reports.to_junit(_report()).getroot().find("testsuite[@name='a']")
     assert loose.attrib["failures"] == "0"
@@ -144,3 +227,76 @@ def test_sweep_shm_removes_only_segments_of_the_given_pids():
         for p in (ours, other):
             if p.exists():
                 os.unlink(p)
+
+
+@pytest.mark.parametrize("failure", [RuntimeError("nvcc: not found"),
+                                     SystemExit("build tool gave up")])
+def test_a_failed_prepare_errors_every_check_once_and_is_not_retried(failure):
+    """spec.prepare() (the backend's compile) fails: every check is ERROR with its message,
+    the compile is not retried per check, and a SystemExit from a build tool does not end
+    the run."""
+    from dataclasses import replace
+
+    from accelkit.conformance.runner import Runner
+
+    calls = []
+
+    def prepare():
+        calls.append(1)
+        raise failure
+
+    spec = replace(registry.get("cpu"), name="prepfail", prepare=prepare)
+    plan = _plan([_def("a.one"), _def("a.two"), _def("a.three", 2)])
+    report = Runner(spec, Options()).run(plan)
+    assert [r.outcome for r in report.results] == [Outcome.ERROR] * 3
+    for r in report.results:
+        assert f"prepare() failed: {type(failure).__name__}: {failure}" in r.reason, r.reason
+    assert len(calls) == 1
+    assert report.pool_starts == []
+
+
+def test_two_check_files_with_the_same_name_both_load(tmp_path):
+    """--checks-module a/vendor_checks.py --checks-module b/vendor_checks.py: both files'
+    checks are loaded (each file is its own module), none is dropped silently."""
+    from accelkit.conformance.api import CHECKS
+
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "vendor_checks.py").write_text(
+            "from accelkit.conformance.api import check\n\n\n"
+            "@check(world_size=2)\n"
+            f"def from_{folder}(ctx):\n"
+            f"    '''A check defined in folder {folder} (torch.distributed).'''\n")
+    for folder in ("a", "b"):
+        loader.import_module(str(tmp_path / folder / "vendor_checks.py"))
+    assert {"vendor_checks.from_a", "vendor_checks.from_b"} <= set(CHECKS)
+
+
+def test_one_option_table_for_every_entry_point():
+    """The CLI, torchrun and the pytest plugin read one table: the same option gets the same
+    default everywhere (the plugin's timeout is the CLI's), and every Options field is an
+    option."""
+    import argparse
+    from dataclasses import fields
+
+    from accelkit.conformance import options
+
+    flags = [o.flag for o in options.OPTIONS]
+    assert len(flags) == len(set(flags))
+    assert {o.dest for o in options.OPTIONS} == {f.name for f in fields(options.Options)}
+    parser = argparse.ArgumentParser()
+    options.add_to_parser(parser, options.CLI)
+    cli = options.from_namespace(parser.parse_args([]), options.CLI)
+    pytest_values = {"backend": "mock"}
+    plugin = options.from_values(options.PYTEST, lambda dest: pytest_values.get(dest))
+    assert cli == plugin == options.Options()
+    assert cli.timeout_s == options.DEFAULT_TIMEOUT_S
+    parsed = options.from_namespace(parser.parse_args(
+        ["--timeout", "5", "--world-size", "2", "--world-size", "8", "-k", "a", "--strict"]),
+        options.CLI)
+    assert (parsed.timeout_s, parsed.world_sizes, parsed.patterns, parsed.strict) == (
+        5.0, [2, 8], ["a"], True)
+    torchrun = argparse.ArgumentParser()
+    options.add_to_parser(torchrun, options.TORCHRUN)
+    with pytest.raises(SystemExit):  # a launch has its own world size
+        torchrun.parse_args(["--world-size", "2"])

@@ -1,4 +1,4 @@
-"""The mock device itself (issue #4): registration and autoload, device count and index
+"""The mock device itself: registration and autoload, device count and index
 errors, device mismatch errors, the allocator (capacity, OOM, statistics), streams and
 events, torch.accelerator, pin_memory, storage resize, torch.save/torch.load.
 

@@ -1,6 +1,6 @@
 """The mock device's ops against the CPU: the zero-copy fallback (elementwise, reductions,
-views, indexing, matmul, in-place, out=, non-contiguous inputs), copies and autograd
-(issue #4). The module registers the mock, so it runs in a pytest subprocess of its own; with
+views, indexing, matmul, in-place, out=, non-contiguous inputs), copies and autograd.
+The module registers the mock, so it runs in a pytest subprocess of its own; with
 ACCELKIT_MOCK_HOST_ACCESSIBLE=0 it runs a second time through the copying paths a discrete
 device takes (at::native::cpu_fallback, staged copies)."""
 

@@ -1,4 +1,4 @@
-"""The mock's Philox generator and random kernels (issue #4): state round trips, offset
+"""The mock's Philox generator and random kernels: state round trips, offset
 arithmetic, the offset-exact property (a Shard(0) slice drawn at the shard's offset equals
 the slice of the full draw), every random op drawing from the mock generator and never from
 torch's CPU generator, dtypes and distributions. Runs in a pytest subprocess of its own (the

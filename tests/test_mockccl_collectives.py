@@ -1,4 +1,4 @@
-"""mockccl collectives on mock tensors against locally computed references (issue #5).
+"""mockccl collectives on mock tensors against locally computed references.
 
 One pool of rank processes per world size (2 and 4) runs every case of :data:`CASES` in one go
 (``python tests/test_mockccl_collectives.py`` is the rank program) and reports a JSON object

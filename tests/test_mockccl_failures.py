@@ -1,5 +1,5 @@
 """mockccl failure behaviour on mock tensors: timeout, mismatch, dead peer, ranks on different
-hosts, default backend with no backend string, and no shared memory left behind (issue #5).
+hosts, default backend with no backend string, and no shared memory left behind.
 
 One pool of 3 rank processes runs the whole scenario (``python tests/test_mockccl_failures.py`` is
 the rank program; rank 2 is the one that misbehaves) and reports what each rank saw as JSON.

@@ -1,5 +1,5 @@
 """``accelkit new``: input validation (message text, nothing written) and what it renders,
-without building (the build and conformance run are in test_templates.py). Issue #7."""
+without building (the build and conformance run are in test_templates.py)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def test_directory_below_a_file(tmp_path, capsys):
     dest = blocker / "pkg"
     code, _, err = _new(capsys, "demo", "--dir", str(dest))
     assert code == 2
-    assert f"accelkit new: cannot write {dest}/MANIFEST.in: Not a directory; 0 of 15 files " \
+    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 16 files " \
            f"were written to {dest}" in err
     assert blocker.read_text() == "x"
 
@@ -111,11 +111,11 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     code, out, err = _new(capsys, "demo")
     assert code == 0, err
     dest = tmp_path / "torch_demo"
-    assert f"created torch_demo in {dest} (15 files): device 'demo', collective backend " \
+    assert f"created torch_demo in {dest} (16 files): device 'demo', collective backend " \
            "'democcl'" in out
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == [
-        "MANIFEST.in", "README.md",
+        ".gitignore", "MANIFEST.in", "README.md",
         "csrc/demo_device.cpp", "csrc/demo_runtime.h", "csrc/democcl.cpp",
         "csrc/democcl_reduce.h", "csrc/democcl_shm.h", "csrc/kernels/binary_ops.cpp",
         "pyproject.toml", "setup.py",
@@ -195,10 +195,25 @@ def test_tox_env_installs_this_torch_and_this_accelkit(tmp_path, capsys):
     deps = [line.strip() for line in cfg["testenv:conformance"]["deps"].splitlines() if line.strip()]
     assert deps[0] == f"torch=={torch.__version__.split('+')[0]}", deps
     if deps[1].startswith("accelkit @ "):
-        source = Path(urlparse(deps[1].removeprefix("accelkit @ ")).path)
+        # a checkout: named relative to the package (no path of this machine in the file)
+        url = deps[1].removeprefix("accelkit @ ")
+        assert url.startswith("file://{toxinidir}/"), deps
+        source = (dest / urlparse(url).path.removeprefix("{toxinidir}/")).resolve()
         assert (source / "pyproject.toml").is_file() and (source / "src" / "accelkit").is_dir(), deps
     else:
         assert deps[1] == f"accelkit=={importlib.metadata.version('accelkit')}", deps
+
+
+def test_generated_package_has_a_gitignore_and_no_path_of_this_machine(tmp_path, capsys):
+    dest = tmp_path / "pkg"
+    assert _new(capsys, "demo", "--dir", str(dest))[0] == 0
+    ignored = (dest / ".gitignore").read_text().split()
+    assert {"build/", "dist/", "*.egg-info/", "__pycache__/", ".tox/", "reports/", "*.so"} <= set(ignored)
+    checkout = str(Path(__file__).resolve().parents[1])
+    for path in dest.rglob("*"):
+        if path.is_file():
+            text = path.read_text()
+            assert f"file://{checkout}" not in text and str(tmp_path) not in text, path
 
 
 def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
@@ -209,6 +224,22 @@ def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
     path = tmp_path / "pkg" / "src" / "torch_demo" / "conformance_expectations.toml"
     assert tomllib.loads(path.read_text()) == {}
     assert load(path, set(), "2.13.0") == {}
+
+
+def test_expectations_file_example_is_valid_for_the_catalogue(tmp_path, capsys):
+    """The commented example in the generated expectations file, uncommented, loads against
+    the catalogue: it names checks that exist, in the format the file documents."""
+    from accelkit.conformance import loader
+    from accelkit.conformance.expectations import load
+
+    code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
+    assert code == 0, err
+    text = (tmp_path / "pkg" / "src" / "torch_demo" / "conformance_expectations.toml").read_text()
+    example = text[text.index("For example:"):].split("\n", 1)[1]
+    uncommented = tmp_path / "example.toml"
+    uncommented.write_text("\n".join(line.removeprefix("# ") for line in example.splitlines()))
+    loaded = load(uncommented, loader.load([]), "2.13.0")
+    assert sorted(loaded) == ["collectives.all_reduce_64mib@8", "rng.offset_exact"]
 
 
 def test_name_containing_mock_renders_once(tmp_path, capsys):

@@ -168,6 +168,10 @@ def test_report_files(mock_vs_cpu):
     suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
     assert sorted(s.get("name") for s in suites) == sorted(
         p.removesuffix(".py") for p in files)
+    # a case per test, named as in the node id (an upstream test has no world size of its own)
+    cases = [c for s in suites for c in s.findall("testcase")]
+    assert sorted(c.get("name") for c in cases) == sorted(
+        t["nodeid"].split("::", 1)[1] for t in report["tests"])
     markdown = (out / "report.md").read_text()
     assert markdown.index("## Passes on `cpu`, fails on `mock`") \
         < markdown.index("## Process groups") < markdown.index("## Files")
@@ -264,7 +268,7 @@ def test_explain_lists_every_adaptation_with_target_and_versions(capsys):
 
 
 def test_adaptations_are_refused_on_another_torch(monkeypatch, capsys):
-    monkeypatch.setattr("accelkit.conformance.runner.torch_version", lambda: "2.15.0")
+    monkeypatch.setattr("accelkit.conformance.session.torch_version", lambda: "2.15.0")
     assert main(["upstream", "--backend", "mock", "--tests", str(FIXTURES), "--list"]) == 2
     err = capsys.readouterr().err
     assert ("adaptation 'dtensor-init-pg' (torch.testing._internal.distributed._tensor."

@@ -1,8 +1,10 @@
 """The ``cpu`` backend: CPU tensors through gloo. Every host can run it, at any world size.
 
 torch's RNG tracker refuses cpu meshes, so ``rng='unsupported'``: RNG checks SKIP with
-torch's reason rather than fail.
+torch's reason rather than fail. ``expectations.toml`` lists what gloo itself gets wrong.
 """
+
+from pathlib import Path
 
 from accelkit.core.spec import BackendSpec, Capabilities
 
@@ -27,4 +29,5 @@ SPEC = BackendSpec(
     probe=_probe,
     capabilities=Capabilities(rng="unsupported", max_world_size=None, cpu_collectives=True,
                               inductor=True),
+    expectations=Path(__file__).with_name("expectations.toml"),
 )

@@ -1,5 +1,5 @@
 """The ``mock`` accelerator: importing this package registers ``torch.mock`` under
-PrivateUse1 and the ``mockccl`` collective library (issue #4, issue #5).
+PrivateUse1 and the ``mockccl`` collective library.
 
 The device is the accelkit C++ layer (``core/include/accelkit``) over a host-memory runtime
 (``csrc/mock_runtime.h``), built on first import by :func:`accelkit.core.load_extension`.

@@ -1,4 +1,4 @@
-"""mockccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory (issue #5).
+"""mockccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory.
 
 The C++ lives in ``backends/mock/csrc/mockccl*.{h,cpp}`` (the shared-memory transport, which a
 vendor replaces with their library) and ``core/include/accelkit/c10d/*.h`` (the reusable glue
@@ -9,14 +9,15 @@ between c10d and a transport). It is built on first use as its own extension,
 ``accelkit.core.register_accelerator("mock", ..., collective_backend="mockccl", creator=...)``
 registers for ``devices=["mock"]``. It returns a whole ``ProcessGroup``, mock tensors through
 mockccl and CPU tensors through gloo, which c10d accepts from a creator. That makes both
-``init_process_group("mock:mockccl,cpu:gloo")`` and ``init_process_group()`` (no backend on a mock
-machine, where torch 2.13 would register mockccl for mock tensors only) give a group with CPU
+``init_process_group("mock:mockccl,cpu:gloo")`` and ``init_process_group()`` (no backend, where
+torch 2.13 would register mockccl for mock tensors only) give a group with CPU
 collectives, and sets the group's default backend, which torch 2.13 leaves unset for a
-``"<device>:<custom>,cpu:gloo"`` string (a warning "No backend of type 0 found" at shutdown;
-see the facts note). torch binds ``init_process_group(device_id=...)`` to the group it made
-before calling the creator and does not pass ``device_id`` on, so the creator carries that
-binding over to its group (:func:`_binding_of_group_being_created`); with it, DeviceMesh and
-``split_group`` split the group (mockccl supports splitting).
+``"<device>:<custom>,cpu:gloo"`` string (its upper-case plugin key is compared with lower-case
+names; the only symptom is a warning "No backend of type 0 found" at shutdown). torch binds
+``init_process_group(device_id=...)`` to the group it made before calling the creator and does
+not pass ``device_id`` on, so the creator carries that binding over to its group
+(:func:`_binding_of_group_being_created`); with it, DeviceMesh and ``split_group`` split the
+group (mockccl supports splitting).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def extension():
 
 
 def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVICE):
-    """An mockccl ``c10d.Backend`` for one process group, connected through ``store``: every rank
+    """The mockccl ``c10d.Backend`` of one process group, connected through ``store``: every rank
     of the group calls it. Raises ``DistBackendError`` when the ranks are on different hosts or
     a rank does not connect within ``timeout``."""
     timeout_ms = max(1, int(timeout.total_seconds() * 1000))

@@ -38,13 +38,22 @@ def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Non
     """Bitwise equality of values, shape and dtype (``actual`` may live on any device)."""
     actual = actual.detach().cpu()
     expected = expected.detach().cpu()
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
-    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    assert actual.shape == expected.shape, (
+        f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype}, expected {expected.dtype}"
     if not torch.equal(actual, expected):
-        diff = (actual.to(torch.float64) - expected.to(torch.float64)).abs()
-        bad = int((diff != 0).sum())
-        raise AssertionError(f"{what}: {bad} of {expected.numel()} elements differ "
-                             f"(max abs diff {float(diff.max()):.3g})")
+        raise AssertionError(f"{what}: {_difference(actual, expected)}")
+
+
+def _difference(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    """How two same-shape tensors differ: how many elements, and the first one (observed
+    next to expected)."""
+    wide = torch.complex128 if actual.is_complex() else torch.float64
+    differs = actual.to(wide) != expected.to(wide)
+    index = tuple(int(i) for i in differs.nonzero()[0])  # () for a 0-dim tensor
+    return (f"{int(differs.sum())} of {expected.numel()} elements differ; first at "
+            f"[{', '.join(map(str, index))}]: got {actual[index].item()!r}, "
+            f"expected {expected[index].item()!r}")
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
@@ -54,7 +63,8 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str, *,
     across ranks)."""
     actual = actual.detach().cpu()
     expected = expected.detach().cpu()
-    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.shape == expected.shape, (
+        f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}")
     try:
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol)
     except AssertionError as exc:
@@ -106,3 +116,9 @@ def shared_tmpdir(prefix: str = "accelkit-check-"):
         dist.barrier()
         if dist.get_rank() == 0:
             shutil.rmtree(path[0], ignore_errors=True)
+
+
+def assert_value(actual, expected, what: str) -> None:
+    """``actual == expected`` for plain values (ints, tuples, lists, names); the failure says
+    ``what`` was observed next to what was expected."""
+    assert actual == expected, f"{what} is {actual!r}, expected {expected!r}"

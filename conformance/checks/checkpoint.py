@@ -12,7 +12,7 @@ import os
 
 import torch
 import torch.distributed.checkpoint as dcp
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import (
     ALSO_AT,
     assert_equal,
@@ -24,6 +24,8 @@ from accelkit.conformance.checks.tp import MLP, MLP_PLAN, _seeded
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.parallel import parallelize_module
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 SHAPE = (8, 12)
 
@@ -52,7 +54,7 @@ def _load_weight_as(ctx, path, mesh, placements):
     return loaded
 
 
-@check("checkpoint.sharded_roundtrip", also_at=ALSO_AT)
+@check
 def sharded_roundtrip(ctx):
     """dcp.save of a sharded state dict (a Shard(0) DTensor, a Replicate DTensor, a plain device
     tensor) and dcp.load into zeroed tensors of the same layout restore every value bitwise,
@@ -74,7 +76,7 @@ def sharded_roundtrip(ctx):
     assert_equal(target["plain"], plain, "plain tensor")
 
 
-@check("checkpoint.reshard_shard1", also_at=(2,))
+@check(also_at=(2,))
 def reshard_shard1(ctx):
     """A checkpoint saved as Shard(0) over the ranks loads into a Shard(1) DTensor: each rank
     gets its column block of the saved tensor (torch.distributed.checkpoint.load reshards on load)."""
@@ -85,7 +87,7 @@ def reshard_shard1(ctx):
     assert_equal(loaded.to_local(), weight.chunk(ctx.world_size, 1)[ctx.rank], "Shard(1) local block")
 
 
-@check("checkpoint.reshard_replicate", also_at=ALSO_AT)
+@check
 def reshard_replicate(ctx):
     """A checkpoint saved as Shard(0) loads into a Replicate DTensor: every rank gets the whole
     saved tensor (torch.distributed.checkpoint.load reshards on load)."""
@@ -96,7 +98,7 @@ def reshard_replicate(ctx):
     assert_equal(loaded.to_local(), weight, "Replicate local tensor")
 
 
-@check("checkpoint.reshard_2d", also_at=ALSO_AT)
+@check
 def reshard_2d(ctx):
     """A checkpoint saved as Shard(0) on a 1-D mesh loads into [Shard(0), Shard(1)] and into
     [Replicate(), Shard(0)] on a 2-D (dp, tp) mesh, each rank getting its block (DCP
@@ -116,7 +118,7 @@ def reshard_2d(ctx):
             assert_equal(loaded.to_local(), block, f"local block loaded as {placements}")
 
 
-@check("checkpoint.tp_model_roundtrip", also_at=ALSO_AT)
+@check
 def tp_model_roundtrip(ctx):
     """A tensor-parallel MLP (Colwise -> Rowwise) and its AdamW state, saved with
     get_state_dict + dcp.save and loaded with dcp.load + set_state_dict into a differently

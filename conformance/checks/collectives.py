@@ -16,13 +16,17 @@ import warnings
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.checks import _sweep as sweep
 from accelkit.conformance.checks._util import (
     ALSO_AT,
     assert_equal,
     assert_on_device,
+    assert_value,
     rank_input,
 )
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 DTYPES = (torch.float32, torch.bfloat16, torch.int64)
 SHAPE = (3, 5)
@@ -43,14 +47,14 @@ def _all_reduce_matches(ctx, op, dtypes, reference, seed, low=-8, high=9):
         assert_equal(mine, expected, f"all_reduce({op}, {dtype})")
 
 
-@check("collectives.all_reduce_sum", also_at=ALSO_AT)
+@check
 def all_reduce_sum(ctx):
     """all_reduce with ReduceOp.SUM for float32, bfloat16 and int64 equals the sum of every
     rank's input (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.SUM, DTYPES, lambda s: s.sum(0), seed=1)
 
 
-@check("collectives.all_reduce_product", also_at=ALSO_AT)
+@check
 def all_reduce_product(ctx):
     """all_reduce with ReduceOp.PRODUCT for float32, bfloat16 and int64 equals the product of
     every rank's input; inputs are in [-2, 2] so the product is exact (torch.distributed.all_reduce)."""
@@ -58,21 +62,21 @@ def all_reduce_product(ctx):
                         low=-2, high=3)
 
 
-@check("collectives.all_reduce_min", also_at=ALSO_AT)
+@check
 def all_reduce_min(ctx):
     """all_reduce with ReduceOp.MIN for float32, bfloat16 and int64 equals the element-wise
     minimum over ranks (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.MIN, DTYPES, lambda s: s.amin(0), seed=3)
 
 
-@check("collectives.all_reduce_max", also_at=ALSO_AT)
+@check
 def all_reduce_max(ctx):
     """all_reduce with ReduceOp.MAX for float32, bfloat16 and int64 equals the element-wise
     maximum over ranks (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.MAX, DTYPES, lambda s: s.amax(0), seed=4)
 
 
-@check("collectives.all_reduce_avg", also_at=ALSO_AT)
+@check
 def all_reduce_avg(ctx):
     """all_reduce with ReduceOp.AVG for float32 and bfloat16 equals the mean over ranks (exact:
     integer inputs, a power-of-two world). DTensor's Partial("avg") relies on it
@@ -81,7 +85,7 @@ def all_reduce_avg(ctx):
                         lambda s: s.to(torch.float64).sum(0) / s.shape[0], seed=5)
 
 
-@check("collectives.all_reduce_bitwise", also_at=ALSO_AT)
+@check
 def all_reduce_bitwise(ctx):
     """all_reduce with ReduceOp.BAND, BOR and BXOR on int64 equals the bitwise reduction over
     ranks (torch.distributed.all_reduce)."""
@@ -98,7 +102,7 @@ def all_reduce_bitwise(ctx):
     _all_reduce_matches(ctx, dist.ReduceOp.BXOR, (torch.int64,), fold(torch.bitwise_xor), 8, 0, 256)
 
 
-@check("collectives.broadcast_every_root", also_at=ALSO_AT)
+@check
 def broadcast_every_root(ctx):
     """broadcast from each rank in turn leaves the root's tensor on every rank, for float32,
     bfloat16 and int64 (torch.distributed.broadcast)."""
@@ -109,7 +113,7 @@ def broadcast_every_root(ctx):
             assert_equal(mine, every[root], f"broadcast(src={root}, {dtype})")
 
 
-@check("collectives.reduce", also_at=ALSO_AT)
+@check
 def reduce(ctx):
     """reduce(SUM) to each destination rank in turn leaves the sum on the destination
     (torch.distributed.reduce)."""
@@ -120,7 +124,7 @@ def reduce(ctx):
             assert_equal(mine, torch.stack(every).sum(0), f"reduce(dst={dst})")
 
 
-@check("collectives.all_gather", also_at=ALSO_AT)
+@check
 def all_gather(ctx):
     """all_gather into a list of tensors: entry i is rank i's input, for float32, bfloat16 and
     int64 (torch.distributed.all_gather)."""
@@ -133,7 +137,7 @@ def all_gather(ctx):
             assert_equal(got, every[i], f"all_gather output[{i}] ({dtype})")
 
 
-@check("collectives.all_gather_single", also_at=ALSO_AT)
+@check
 def all_gather_single(ctx):
     """all_gather_single concatenates every rank's input along dim 0, for float32, bfloat16
     and int64 (torch.distributed.all_gather_single, the 2.13 name of all_gather_into_tensor)."""
@@ -144,7 +148,7 @@ def all_gather_single(ctx):
         assert_equal(flat, torch.cat(every), f"all_gather_single ({dtype})")
 
 
-@check("collectives.all_gather_into_tensor", also_at=ALSO_AT)
+@check
 def all_gather_into_tensor(ctx):
     """The deprecated all_gather_into_tensor still concatenates every rank's input (it routes
     through all_gather_single; torch.distributed.all_gather_into_tensor)."""
@@ -156,7 +160,7 @@ def all_gather_into_tensor(ctx):
     assert_equal(out, torch.cat(every), "all_gather_into_tensor")
 
 
-@check("collectives.reduce_scatter", also_at=ALSO_AT)
+@check
 def reduce_scatter(ctx):
     """reduce_scatter from a list: rank r receives the sum over ranks of their r-th list entry
     (torch.distributed.reduce_scatter)."""
@@ -168,7 +172,7 @@ def reduce_scatter(ctx):
     assert_equal(out, expected, "reduce_scatter")
 
 
-@check("collectives.reduce_scatter_single", also_at=ALSO_AT)
+@check
 def reduce_scatter_single(ctx):
     """reduce_scatter_single: rank r receives chunk r of the sum of every rank's flat input
     (torch.distributed.reduce_scatter_single, the 2.13 name of reduce_scatter_tensor)."""
@@ -180,7 +184,7 @@ def reduce_scatter_single(ctx):
     assert_equal(out, total.chunk(ctx.world_size)[ctx.rank], "reduce_scatter_single")
 
 
-@check("collectives.reduce_scatter_tensor", also_at=ALSO_AT)
+@check
 def reduce_scatter_tensor(ctx):
     """The deprecated reduce_scatter_tensor still gives rank r chunk r of the summed input
     (torch.distributed.reduce_scatter_tensor)."""
@@ -198,7 +202,7 @@ def _a2a_value(src: int, dst: int, n: int) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float32) + 100 * src + 10 * dst
 
 
-@check("collectives.all_to_all_single_equal", also_at=ALSO_AT)
+@check
 def all_to_all_single_equal(ctx):
     """all_to_all_single with equal splits: rank r's output chunk j is rank j's input chunk r
     (torch.distributed.all_to_all_single)."""
@@ -210,7 +214,7 @@ def all_to_all_single_equal(ctx):
                  "all_to_all_single (equal splits)")
 
 
-@check("collectives.all_to_all_single_uneven", also_at=ALSO_AT)
+@check
 def all_to_all_single_uneven(ctx):
     """all_to_all_single with uneven split sizes (rank s sends (s + 2d) % 3 + 1 elements to
     rank d, and nothing from rank 0 to itself: a zero-size split) delivers every chunk intact and
@@ -229,7 +233,7 @@ def all_to_all_single_uneven(ctx):
     assert_equal(out, expected, f"all_to_all_single (send splits {send}, recv splits {recv})")
 
 
-@check("collectives.all_to_all", also_at=ALSO_AT)
+@check
 def all_to_all(ctx):
     """all_to_all with lists of tensors: output[j] on rank r is rank j's input[r]
     (torch.distributed.all_to_all; equal sizes, as gloo requires them)."""
@@ -241,7 +245,7 @@ def all_to_all(ctx):
         assert_equal(got, _a2a_value(src, ctx.rank, n), f"all_to_all output[{src}]")
 
 
-@check("collectives.gather", also_at=ALSO_AT)
+@check
 def gather(ctx):
     """gather to the first and the last rank: the destination's list holds every rank's input
     (torch.distributed.gather)."""
@@ -255,7 +259,7 @@ def gather(ctx):
                 assert_equal(got, every[i], f"gather(dst={dst}) entry {i}")
 
 
-@check("collectives.scatter", also_at=ALSO_AT)
+@check
 def scatter(ctx):
     """scatter from the first and the last rank: rank r receives the source's r-th tensor
     (torch.distributed.scatter)."""
@@ -266,7 +270,7 @@ def scatter(ctx):
         assert_equal(out, pieces[ctx.rank], f"scatter(src={src})")
 
 
-@check("collectives.send_recv_ring", also_at=ALSO_AT)
+@check
 def send_recv_ring(ctx):
     """Point-to-point around a ring: blocking send/recv (even ranks send first) and then
     isend/irecv both deliver the left neighbour's tensor (torch.distributed.send/recv/isend/irecv)."""
@@ -288,7 +292,7 @@ def send_recv_ring(ctx):
     assert_equal(got2, every[left] * 2, "isend/irecv ring")
 
 
-@check("collectives.batch_isend_irecv", also_at=ALSO_AT)
+@check
 def batch_isend_irecv(ctx):
     """batch_isend_irecv with sends to both neighbours and receives from both (what pipeline
     parallelism issues) delivers each neighbour's tensor (torch.distributed.batch_isend_irecv)."""
@@ -305,7 +309,7 @@ def batch_isend_irecv(ctx):
     assert_equal(from_right, every[right] * 3, "tensor from the right neighbour")
 
 
-@check("collectives.object_collectives", also_at=ALSO_AT)
+@check
 def object_collectives(ctx):
     """The object collectives DCP and DTensor's run_check use (all_gather_object,
     broadcast_object_list, gather_object, scatter_object_list) carry picklable objects,
@@ -314,22 +318,26 @@ def object_collectives(ctx):
     mine = {"rank": ctx.rank, "name": f"r{ctx.rank}", "t": torch.full((2,), float(ctx.rank), device=ctx.device)}
     gathered = [None] * ws
     dist.all_gather_object(gathered, mine)
-    assert [g["rank"] for g in gathered] == list(range(ws)), gathered
+    assert [g["rank"] for g in gathered] == list(range(ws)), (
+        f"all_gather_object ranks {[g['rank'] for g in gathered]}, expected {list(range(ws))}")
     for r, g in enumerate(gathered):
         assert_equal(g["t"], torch.full((2,), float(r)), f"all_gather_object tensor from rank {r}")
     box = [{"root": ws - 1}] if ctx.rank == ws - 1 else [None]
     dist.broadcast_object_list(box, src=ws - 1)
-    assert box == [{"root": ws - 1}], f"broadcast_object_list gave {box}"
+    assert box == [{"root": ws - 1}], (
+        f"broadcast_object_list gave {box}, expected {[{'root': ws - 1}]}")
     out = [None] * ws if ctx.rank == 0 else None
     dist.gather_object(("g", ctx.rank), out, dst=0)
     if ctx.rank == 0:
-        assert out == [("g", r) for r in range(ws)], f"gather_object gave {out}"
+        assert out == [("g", r) for r in range(ws)], (
+            f"gather_object gave {out}, expected {[('g', r) for r in range(ws)]}")
     got = [None]
     dist.scatter_object_list(got, [("s", r) for r in range(ws)] if ctx.rank == 1 else None, src=1)
-    assert got == [("s", ctx.rank)], f"scatter_object_list gave {got}"
+    assert got == [("s", ctx.rank)], (
+        f"scatter_object_list gave {got}, expected {[('s', ctx.rank)]}")
 
 
-@check("collectives.barrier", also_at=ALSO_AT)
+@check
 def barrier(ctx):
     """barrier returns on a rank only after every rank has entered it: each rank, rank r after
     r * 20 ms, increments a store counter (a synchronous add) just before the barrier, and
@@ -342,10 +350,12 @@ def barrier(ctx):
     store.add(key, 1)
     dist.barrier()
     entered = store.add(key, 0)
-    assert entered == ctx.world_size, f"after barrier() only {entered} of {ctx.world_size} ranks had entered it"
+    assert entered == ctx.world_size, (
+        f"after barrier() {entered} of {ctx.world_size} ranks had entered it, expected all "
+        f"{ctx.world_size}")
 
 
-@check("collectives.async_work", also_at=ALSO_AT)
+@check
 def async_work(ctx):
     """async_op=True returns a Work whose wait() completes the collective for the caller (on an
     asynchronous device, as NCCL: the current stream waits for it, not the host), is_completed()
@@ -354,7 +364,8 @@ def async_work(ctx):
     mine, every = _inputs(ctx, torch.float32, seed=70)
     work = dist.all_reduce(mine, async_op=True)
     fut = work.get_future()
-    assert work.wait() is True, "Work.wait() did not return True"
+    waited = work.wait()
+    assert waited is True, f"Work.wait() returned {waited!r}, expected True"
     handle = getattr(torch, ctx.device_type, None)
     if ctx.device_type != "cpu" and hasattr(handle, "synchronize"):
         handle.synchronize()
@@ -369,7 +380,7 @@ def async_work(ctx):
     assert_equal(out, torch.stack(every).sum(0).repeat(ctx.world_size, 1), "async all_gather_single")
 
 
-@check("collectives.functional", also_at=ALSO_AT)
+@check
 def functional(ctx):
     """Functional collectives (what DTensor calls) return AsyncCollectiveTensor in eager mode;
     wait() / wait_tensor give the right values, and using a result without wait() waits
@@ -395,7 +406,7 @@ def functional(ctx):
                      f"funcol.all_reduce(max) used without wait ({what})")
 
 
-@check("collectives.subgroup_half", also_at=(8,))
+@check(also_at=(8,))
 def subgroup_half(ctx):
     """A group of half the ranks (new_group, created by every rank) reduces, broadcasts and
     gathers among its members only; the other half's group is NON_GROUP_MEMBER here
@@ -406,8 +417,10 @@ def subgroup_half(ctx):
     members = lower if ctx.rank < half else upper
     mine_group = groups[0] if ctx.rank < half else groups[1]
     other = groups[1] if ctx.rank < half else groups[0]
-    assert other == dist.GroupMember.NON_GROUP_MEMBER, "the other half's group is usable here"
-    assert dist.get_process_group_ranks(mine_group) == members
+    assert other == dist.GroupMember.NON_GROUP_MEMBER, (
+        f"the other half's group is {other!r} here, expected GroupMember.NON_GROUP_MEMBER")
+    assert_value(dist.get_process_group_ranks(mine_group), members,
+                 "dist.get_process_group_ranks(mine_group)")
     mine, every = _inputs(ctx, torch.float32, seed=90)
     dist.all_reduce(mine, group=mine_group)
     assert_equal(mine, torch.stack([every[r] for r in members]).sum(0), "all_reduce on half group")
@@ -419,7 +432,7 @@ def subgroup_half(ctx):
     assert_equal(out, torch.tensor([float(r) for r in members]), "all_gather_single on half group")
 
 
-@check("collectives.non_contiguous", also_at=ALSO_AT)
+@check
 def non_contiguous(ctx):
     """Views are honoured: an all_reduce on a row of a larger buffer (storage offset) changes
     that row only; all_gather into views of one buffer fills it; a transposed (non-contiguous)
@@ -449,7 +462,7 @@ def non_contiguous(ctx):
     assert_equal(transposed, torch.stack(every).sum(0).t(), "all_reduce of a transposed tensor")
 
 
-@check("collectives.all_reduce_64mib", also_at=ALSO_AT, timeout=120)
+@check(timeout=120)
 def all_reduce_64mib(ctx):
     """A 64 MiB float32 all_reduce (16 Mi elements) is exact: rank r contributes
     (r + 1) * (i % 7), the sum is world*(world+1)/2 * (i % 7) (torch.distributed.all_reduce)."""
@@ -459,3 +472,286 @@ def all_reduce_64mib(ctx):
     dist.all_reduce(mine)
     factor = ctx.world_size * (ctx.world_size + 1) // 2
     assert_equal(mine, pattern * factor, "64 MiB all_reduce")
+
+
+# -- sweeps: every collective over sizes that straddle algorithm thresholds, every dtype -----
+# (conformance/checks/_sweep.py: the sizes, the dtypes, the inputs and the expected results)
+
+
+def _sweep_all_reduce(ctx, ops: tuple[str, ...]) -> None:
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for op in (op for op in ops if op in sweep.ops_for(dtype)):
+            for n in sweep.counts(dtype):
+                mine = sweep.reduction_input(op, ctx.rank, n, dtype).to(ctx.device, copy=True)
+                dist.all_reduce(mine, op=sweep.REDUCE_OPS[op])
+                results.equal(mine, sweep.reduction_expected(op, ctx.world_size, n, dtype),
+                               f"all_reduce({op.upper()}) of {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_all_reduce_sum(ctx):
+    """all_reduce(SUM) is exact for every dtype c10d reduces (bool, uint8, int8, int32, int64,
+    float16, bfloat16, float32, float64, complex64) at every size of the sweep (0, 1, 7,
+    4 KiB - 1 element / 4 KiB / + 1, 64 KiB, 512 KiB +- 1 element, 2 MiB + 3 elements)
+    (torch.distributed.all_reduce)."""
+    _sweep_all_reduce(ctx, ("sum",))
+
+
+@check
+def sweep_all_reduce_views(ctx):
+    """all_reduce(SUM) of views, for every dtype at 4 KiB + 1 element: a slice with a storage
+    offset is reduced and the rest of its buffer left untouched; a strided (non-contiguous)
+    view is reduced correctly or refused with an error naming contiguity, never silently
+    wrong (torch.distributed.all_reduce)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        n = sweep.counts(dtype)[4] + 1  # 4 KiB + 1 element: odd, past a small-message switch
+        mine = sweep.reduction_input("sum", ctx.rank, n, dtype).to(ctx.device, copy=True)
+        expected = sweep.reduction_expected("sum", ctx.world_size, n, dtype)
+        view, buffer = sweep.in_view(mine, "offset", 1)
+        dist.all_reduce(view)
+        results.equal(view, expected, f"all_reduce of an offset view, {sweep.label(dtype, n)}")
+        results.equal(torch.cat([buffer[:3], buffer[3 + n:]]), torch.ones(5, dtype=dtype),
+                      f"the buffer around an offset view, {sweep.label(dtype, n)}")
+        strided, _ = sweep.in_view(mine, "strided", 1)
+        what = f"all_reduce of a strided view, {sweep.label(dtype, n)}"
+        if sweep.either_correct_or_refused(dist.all_reduce, strided, what=what):
+            results.equal(strided, expected, what)
+    results.done()
+
+
+@check
+def sweep_all_reduce_product(ctx):
+    """all_reduce(PRODUCT) is exact for every non-complex dtype at every size of the sweep
+    (inputs of 1, -1, 2 and 3 keep the product exact) (torch.distributed.all_reduce)."""
+    _sweep_all_reduce(ctx, ("product",))
+
+
+@check
+def sweep_all_reduce_min_max(ctx):
+    """all_reduce(MIN) and all_reduce(MAX) are exact for every non-complex dtype at every size
+    of the sweep (bool: MIN is "all", MAX "any") (torch.distributed.all_reduce)."""
+    _sweep_all_reduce(ctx, ("min", "max"))
+
+
+@check
+def sweep_all_reduce_avg(ctx):
+    """all_reduce(AVG) is exact for float16, bfloat16, float32, float64 and complex64 at every
+    size of the sweep (integer inputs, a power-of-two world) (torch.distributed.all_reduce)."""
+    _sweep_all_reduce(ctx, ("avg",))
+
+
+@check
+def sweep_all_reduce_bitwise(ctx):
+    """all_reduce(BAND / BOR / BXOR) is exact for bool, uint8, int8, int32 and int64 at every
+    size of the sweep (torch.distributed.all_reduce)."""
+    _sweep_all_reduce(ctx, ("band", "bor", "bxor"))
+
+
+@check
+def sweep_broadcast(ctx):
+    """broadcast leaves the root's tensor on every rank for every dtype at every size of the
+    sweep, the root moving from rank to rank, and into an offset view
+    (torch.distributed.broadcast)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for k, n in enumerate(sweep.counts(dtype)):
+            root = k % ctx.world_size
+            mine = sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True)
+            dist.broadcast(mine, src=root)
+            results.equal(mine, sweep.rank_values(root, n, dtype),
+                          f"broadcast(src={root}) of {sweep.label(dtype, n)}")
+        n = sweep.counts(dtype)[5]
+        view, _ = sweep.in_view(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), "offset", 0)
+        dist.broadcast(view, src=ctx.world_size - 1)
+        results.equal(view, sweep.rank_values(ctx.world_size - 1, n, dtype),
+                      f"broadcast into an offset view, {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_reduce(ctx):
+    """reduce(SUM) leaves the exact sum on the destination for every non-complex dtype at every
+    size of the sweep, the destination moving from rank to rank (torch.distributed.reduce)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.ARITHMETIC:
+        for k, n in enumerate(sweep.counts(dtype)):
+            dst = k % ctx.world_size
+            mine = sweep.reduction_input("sum", ctx.rank, n, dtype).to(ctx.device, copy=True)
+            dist.reduce(mine, dst=dst)
+            if ctx.rank == dst:
+                results.equal(mine, sweep.reduction_expected("sum", ctx.world_size, n, dtype),
+                              f"reduce(dst={dst}) of {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_all_gather(ctx):
+    """all_gather into a list: entry j is rank j's input, for every dtype at every size of the
+    sweep (torch.distributed.all_gather)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype, largest=False):
+            out = [torch.empty(n, dtype=dtype, device=ctx.device) for _ in range(ctx.world_size)]
+            dist.all_gather(out, sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True))
+            for j, got in enumerate(out):
+                results.equal(got, sweep.rank_values(j, n, dtype),
+                              f"all_gather entry {j}, {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_all_gather_single(ctx):
+    """all_gather_single concatenates every rank's input for every dtype at every size of the
+    sweep, also from an offset view (torch.distributed.all_gather_single)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype):
+            out = torch.empty(ctx.world_size * n, dtype=dtype, device=ctx.device)
+            dist.all_gather_single(out, sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True))
+            results.equal(out, torch.cat([sweep.rank_values(r, n, dtype)
+                                          for r in range(ctx.world_size)]),
+                          f"all_gather_single of {sweep.label(dtype, n)}")
+        n = sweep.counts(dtype)[5]
+        view, _ = sweep.in_view(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), "offset", 0)
+        out = torch.empty(ctx.world_size * n, dtype=dtype, device=ctx.device)
+        dist.all_gather_single(out, view)
+        results.equal(out, torch.cat([sweep.rank_values(r, n, dtype) for r in range(ctx.world_size)]),
+                      f"all_gather_single from an offset view, {sweep.label(dtype, n)}")
+    results.done()
+
+
+def _reduce_scatter_chunks(ctx, n, dtype):
+    """This rank's reduce_scatter input (chunk j for rank j) and its expected output."""
+    chunks = [sweep.reduction_input("sum", ctx.rank, n, dtype, seed=j)
+              for j in range(ctx.world_size)]
+    return chunks, sweep.reduction_expected("sum", ctx.world_size, n, dtype, seed=ctx.rank)
+
+
+@check
+def sweep_reduce_scatter(ctx):
+    """reduce_scatter(SUM) from a list: rank r gets the exact sum of every rank's r-th entry,
+    for every dtype at every size of the sweep (torch.distributed.reduce_scatter)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype, largest=False):
+            chunks, expected = _reduce_scatter_chunks(ctx, n, dtype)
+            out = torch.empty(n, dtype=dtype, device=ctx.device)
+            dist.reduce_scatter(out, [c.to(ctx.device, copy=True) for c in chunks])
+            results.equal(out, expected, f"reduce_scatter of {sweep.label(dtype, n)} per rank")
+    results.done()
+
+
+@check
+def sweep_reduce_scatter_single(ctx):
+    """reduce_scatter_single(SUM): rank r gets the exact sum of chunk r of every rank's input,
+    for every dtype at every size of the sweep (per rank), also into an offset view
+    (torch.distributed.reduce_scatter_single)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype):
+            chunks, expected = _reduce_scatter_chunks(ctx, n, dtype)
+            out = torch.empty(n, dtype=dtype, device=ctx.device)
+            dist.reduce_scatter_single(out, torch.cat(chunks).to(ctx.device, copy=True))
+            results.equal(out, expected, f"reduce_scatter_single of {sweep.label(dtype, n)} per rank")
+        n = sweep.counts(dtype)[5]
+        chunks, expected = _reduce_scatter_chunks(ctx, n, dtype)
+        view, _ = sweep.in_view(torch.empty(n, dtype=dtype, device=ctx.device), "offset", 0)
+        dist.reduce_scatter_single(view, torch.cat(chunks).to(ctx.device, copy=True))
+        results.equal(view, expected, f"reduce_scatter_single into an offset view, "
+                                      f"{sweep.label(dtype, n)} per rank")
+    results.done()
+
+
+def _exchanged(src: int, dst: int, n: int, dtype) -> torch.Tensor:
+    """What rank ``src`` sends rank ``dst`` in the all-to-all sweeps."""
+    return sweep.rank_values(src, n, dtype, seed=13 * dst)
+
+
+@check
+def sweep_all_to_all_single(ctx):
+    """all_to_all_single with equal splits: rank r's chunk j is rank j's chunk r, for every
+    dtype at every size of the sweep (per peer) (torch.distributed.all_to_all_single)."""
+    results = sweep.Comparisons()
+    ws = ctx.world_size
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype, largest=False):
+            mine = torch.cat([_exchanged(ctx.rank, d, n, dtype) for d in range(ws)])
+            out = torch.empty(ws * n, dtype=dtype, device=ctx.device)
+            dist.all_to_all_single(out, mine.to(ctx.device, copy=True))
+            results.equal(out, torch.cat([_exchanged(s, ctx.rank, n, dtype) for s in range(ws)]),
+                          f"all_to_all_single of {sweep.label(dtype, n)} per peer")
+    results.done()
+
+
+@check
+def sweep_all_to_all(ctx):
+    """all_to_all with lists: output entry j on rank r is rank j's entry r, for every dtype at
+    every size of the sweep (per peer) (torch.distributed.all_to_all)."""
+    results = sweep.Comparisons()
+    ws = ctx.world_size
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype, largest=False):
+            outputs = [torch.empty(n, dtype=dtype, device=ctx.device) for _ in range(ws)]
+            dist.all_to_all(outputs, [_exchanged(ctx.rank, d, n, dtype).to(ctx.device, copy=True)
+                                      for d in range(ws)])
+            for s, got in enumerate(outputs):
+                results.equal(got, _exchanged(s, ctx.rank, n, dtype),
+                              f"all_to_all entry {s}, {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_gather(ctx):
+    """gather: the destination's list holds every rank's input, for every non-complex dtype at
+    every size of the sweep, the destination moving from rank to rank (torch does not view
+    complex tensors as real for gather) (torch.distributed.gather)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.ARITHMETIC:
+        for k, n in enumerate(sweep.counts(dtype, largest=False)):
+            dst = k % ctx.world_size
+            out = ([torch.empty(n, dtype=dtype, device=ctx.device) for _ in range(ctx.world_size)]
+                   if ctx.rank == dst else None)
+            dist.gather(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), out, dst=dst)
+            for j, got in enumerate(out or []):
+                results.equal(got, sweep.rank_values(j, n, dtype),
+                              f"gather(dst={dst}) entry {j}, {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_scatter(ctx):
+    """scatter: rank r receives the source's r-th tensor, for every dtype at every size of the
+    sweep, the source moving from rank to rank (torch.distributed.scatter)."""
+    results = sweep.Comparisons()
+    for dtype in sweep.DTYPES:
+        for k, n in enumerate(sweep.counts(dtype, largest=False)):
+            src = k % ctx.world_size
+            pieces = ([_exchanged(src, r, n, dtype).to(ctx.device, copy=True) for r in range(ctx.world_size)]
+                      if ctx.rank == src else None)
+            out = torch.empty(n, dtype=dtype, device=ctx.device)
+            dist.scatter(out, pieces, src=src)
+            results.equal(out, _exchanged(src, ctx.rank, n, dtype),
+                          f"scatter(src={src}) of {sweep.label(dtype, n)}")
+    results.done()
+
+
+@check
+def sweep_send_recv(ctx):
+    """isend/irecv around a ring deliver the left neighbour's tensor for every dtype at every
+    size of the sweep (past the mock's 256 KiB point-to-point chunks)
+    (torch.distributed.isend/irecv)."""
+    results = sweep.Comparisons()
+    right, left = (ctx.rank + 1) % ctx.world_size, (ctx.rank - 1) % ctx.world_size
+    for dtype in sweep.DTYPES:
+        for n in sweep.counts(dtype):
+            got = torch.empty(n, dtype=dtype, device=ctx.device)
+            works = [dist.isend(sweep.rank_values(ctx.rank, n, dtype).to(ctx.device, copy=True), dst=right),
+                     dist.irecv(got, src=left)]
+            for work in works:
+                work.wait()
+            results.equal(got, sweep.rank_values(left, n, dtype),
+                          f"irecv from rank {left} of {sweep.label(dtype, n)}")
+    results.done()

@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torch.nn.functional as F
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import (
     ALSO_AT,
     all_ranks_object,
@@ -42,6 +42,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, _random, distribute_tensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
+
 #: The two ways each program is compiled, and what the Inductor one needs.
 BACKENDS = {"aot_eager": (), "inductor": ("inductor",)}
 #: Seconds an Inductor variant may take: with empty caches its first compile builds C++ kernels
@@ -49,10 +51,11 @@ BACKENDS = {"aot_eager": (), "inductor": ("inductor",)}
 INDUCTOR_TIMEOUT_S = 300.0
 
 
-def _variants(name: str, requires: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
-    """Register ``fn(ctx, backend)`` as ``compile.<name>_aot_eager`` and
-    ``compile.<name>_inductor`` (needing ``requires`` too); the docstring is shared, with the
-    backend appended."""
+def _variants(fn: Callable | None = None, *, requires: tuple[str, ...] = ()) -> Callable:
+    """``@_variants`` or ``@_variants(requires=...)``: register ``fn(ctx, backend)`` as the
+    checks ``compile.<fn name>_aot_eager`` and ``compile.<fn name>_inductor`` (needing
+    ``requires`` too; the Inductor one also the ``inductor`` capability and
+    :data:`INDUCTOR_TIMEOUT_S`); the docstring is shared, with the backend appended."""
 
     def decorate(fn: Callable) -> Callable:
         for backend, needs in BACKENDS.items():
@@ -63,11 +66,11 @@ def _variants(name: str, requires: tuple[str, ...] = ()) -> Callable[[Callable],
             run.__name__ = run.__qualname__ = f"{fn.__name__}_{backend}"
             run.__module__ = fn.__module__
             run.__doc__ = f"{fn.__doc__}\n\nCompiled with backend={backend!r}."
-            check(f"compile.{name}_{backend}", also_at=ALSO_AT, requires=(*requires, *needs),
+            check(requires=(*requires, *needs),
                   timeout=INDUCTOR_TIMEOUT_S if backend == "inductor" else None)(run)
         return fn
 
-    return decorate
+    return decorate if fn is None else decorate(fn)
 
 
 def _prepare_inductor() -> None:
@@ -128,7 +131,7 @@ class Compiled:
         assert first == 1 or not self.fullgraph, f"{what}: {first} graphs with fullgraph=True"
 
 
-@check("compile.registration", also_at=ALSO_AT)
+@check
 def registration(ctx):
     """Dynamo has a DeviceInterface for the device type and, when the backend declares the
     ``inductor`` capability, Inductor has a backend for it (scheduling, wrapper codegen and
@@ -156,7 +159,7 @@ def registration(ctx):
             f"the backend declares inductor=False but {status}")
 
 
-@_variants("ops")
+@_variants
 def ops(ctx, backend):
     """A small MLP's loss on this rank's device (a matmul with a bias and GELU epilogue,
     elementwise ops, a softmax and a sum reduction) compiled with torch.compile equals eager in
@@ -187,7 +190,7 @@ def ops(ctx, backend):
     compiled.assert_compiled_once("MLP forward")
 
 
-@_variants("functional_collectives")
+@_variants
 def functional_collectives(ctx, backend):
     """all_reduce, all_gather_tensor and reduce_scatter_tensor of
     torch.distributed._functional_collectives, waited with wait_tensor, traced in one compiled
@@ -226,7 +229,7 @@ def functional_collectives(ctx, backend):
                            f"{sorted(wanted - ops)}")
 
 
-@_variants("dtensor_program")
+@_variants
 def dtensor_program(ctx, backend):
     """A DTensor program compiled with fullgraph=True (no graph break allowed): redistribute
     Shard(0) -> Replicate, a row-sharded matmul against a replicated weight, and a sum over
@@ -273,7 +276,7 @@ class Block(nn.Module):
         return x + self.down(F.gelu(self.up(self.norm(x))))
 
 
-@_variants("tp_block")
+@_variants
 def tp_block(ctx, backend):
     """parallelize_module under ``with mesh:`` (the mesh argument left out, PR 134247) with a
     Colwise -> Rowwise plan, then torch.compile of the block (fullgraph=True): the forward
@@ -337,7 +340,7 @@ def _run_random(ctx, mesh, fn):
 UNTRACEABLE = "Please convert all Tensors to FakeTensors first"
 
 
-@_variants("dtensor_random", requires=("rng-tracker",))
+@_variants(requires=("rng-tracker",))
 def dtensor_random(ctx, backend):
     """uniform_ on a Shard(0) DTensor and dropout on a Shard(1) DTensor, compiled with
     fullgraph=True, give every rank the local values and the RNG offsets eager gives from the

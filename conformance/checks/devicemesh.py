@@ -16,9 +16,11 @@ import tempfile
 
 import torch
 import torch.distributed as dist
-from accelkit.conformance.api import check
-from accelkit.conformance.checks._util import ALSO_AT, assert_equal, expect_raises
+from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.checks._util import ALSO_AT, assert_equal, assert_value, expect_raises
 from torch.distributed.device_mesh import DeviceMesh, _mesh_resources
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 
 def _expected_group(shape: tuple[int, ...], rank: int, dim: int) -> list[int]:
@@ -49,32 +51,33 @@ def _assert_group(ctx, group, expected: list[int], what: str) -> None:
                  f"{what}: all_reduce over the group (must involve its members only)")
 
 
-@check("devicemesh.mesh_1d", also_at=ALSO_AT)
+@check
 def mesh_1d(ctx):
     """init_device_mesh(device, (world,)) gives a 1-D mesh over every rank on the backend's
     device type whose group is the whole world on the backend's library (PR 102336)."""
     mesh = ctx.mesh((ctx.world_size,))
-    assert mesh.device_type == ctx.device_type, f"mesh.device_type {mesh.device_type!r}"
-    assert mesh.ndim == 1 and mesh.shape == (ctx.world_size,), f"mesh shape {mesh.shape}"
-    assert mesh.mesh.tolist() == list(range(ctx.world_size)), f"mesh.mesh {mesh.mesh.tolist()}"
-    assert mesh.size() == ctx.world_size
-    assert mesh.get_rank() == ctx.rank
+    assert_value(mesh.device_type, ctx.device_type, "mesh.device_type")
+    assert_value(mesh.shape, (ctx.world_size,), "mesh.shape")
+    assert_value(mesh.mesh.tolist(), list(range(ctx.world_size)), "mesh.mesh")
+    assert_value(mesh.size(), ctx.world_size, "mesh.size()")
+    assert_value(mesh.get_rank(), ctx.rank, "mesh.get_rank()")
     _assert_group(ctx, mesh.get_group(), list(range(ctx.world_size)), "1-D mesh group")
 
 
-@check("devicemesh.mesh_2d_names", also_at=ALSO_AT)
+@check
 def mesh_2d_names(ctx):
     """A 2-D mesh (2, world/2) with mesh_dim_names ("dp", "tp") has the row-major layout, its
     names, and one group per dimension with exactly the expected ranks, addressable by index
     and by name (torch.distributed.device_mesh.init_device_mesh, PR 102336)."""
     shape = (2, ctx.world_size // 2)
     mesh = ctx.mesh(shape, ("dp", "tp"))
-    assert mesh.mesh_dim_names == ("dp", "tp"), f"mesh_dim_names {mesh.mesh_dim_names}"
-    assert mesh.shape == shape and mesh.ndim == 2, f"mesh shape {mesh.shape}"
-    assert mesh.mesh.tolist() == torch.arange(ctx.world_size).reshape(shape).tolist()
-    assert [mesh.size(d) for d in range(2)] == list(shape)
+    assert_value(mesh.mesh_dim_names, ("dp", "tp"), "mesh_dim_names")
+    assert_value(mesh.shape, shape, "mesh.shape")
+    assert_value(mesh.mesh.tolist(), torch.arange(ctx.world_size).reshape(shape).tolist(),
+                 "mesh.mesh.tolist()")
+    assert_value([mesh.size(d) for d in range(2)], list(shape), "[mesh.size(d) for d in range(2)]")
     groups = mesh.get_all_groups()
-    assert len(groups) == 2, f"get_all_groups() returned {len(groups)} groups"
+    assert_value(len(groups), 2, "the number of groups get_all_groups() returned")
     for dim, name in enumerate(("dp", "tp")):
         expected = _expected_group(shape, ctx.rank, dim)
         _assert_group(ctx, mesh.get_group(dim), expected, f"2-D mesh dim {dim}")
@@ -82,32 +85,34 @@ def mesh_2d_names(ctx):
         assert groups[dim] is mesh.get_group(dim)
 
 
-@check("devicemesh.mesh_3d", world_size=8)
+@check(world_size=8, also_at=())
 def mesh_3d(ctx):
     """A 3-D mesh (2, 2, 2) named ("dp", "cp", "tp"): each dimension's group, coordinates,
     slicing two non-adjacent dims (mesh["dp", "tp"]) and flattening mesh["dp", "cp"] into
     "dp_cp" give the ranks of torch's documented example (torch.distributed.device_mesh)."""
     shape, names = (2, 2, 2), ("dp", "cp", "tp")
     mesh = ctx.mesh(shape, names)
-    assert mesh.get_coordinate() == _expected_coordinate(shape, ctx.rank)
+    assert_value(mesh.get_coordinate(), _expected_coordinate(shape, ctx.rank),
+                 "mesh.get_coordinate()")
     for dim, name in enumerate(names):
         expected = _expected_group(shape, ctx.rank, dim)
         _assert_group(ctx, mesh[name].get_group(), expected, f"3-D mesh[{name!r}]")
-        assert mesh.get_local_rank(name) == expected.index(ctx.rank)
+        assert_value(mesh.get_local_rank(name), expected.index(ctx.rank),
+                     "mesh.get_local_rank(name)")
     dp_tp = mesh["dp", "tp"]
     cp = _expected_coordinate(shape, ctx.rank)[1]
     expected = torch.arange(8).reshape(shape)[:, cp, :]
     assert dp_tp.mesh.tolist() == expected.tolist(), f'mesh["dp","tp"] {dp_tp.mesh.tolist()}'
-    assert dp_tp.mesh_dim_names == ("dp", "tp")
+    assert_value(dp_tp.mesh_dim_names, ("dp", "tp"), "dp_tp.mesh_dim_names")
     flat = mesh["dp", "cp"]._flatten()
     tp = _expected_coordinate(shape, ctx.rank)[2]
     expected_flat = [r for r in range(8) if r % 2 == tp]  # docstring: [0, 2, 4, 6] / [1, 3, 5, 7]
-    assert flat.mesh_dim_names == ("dp_cp",), f"flattened names {flat.mesh_dim_names}"
+    assert_value(flat.mesh_dim_names, ("dp_cp",), "the flattened mesh's dim names")
     _assert_group(ctx, flat.get_group(), expected_flat, 'mesh["dp","cp"]._flatten()')
     assert mesh["dp", "cp"]._flatten() is flat, "flattening again built a new mesh"
 
 
-@check("devicemesh.slice_by_name", also_at=ALSO_AT)
+@check
 def slice_by_name(ctx):
     """Slicing a 2-D mesh by name: mesh["dp"] and mesh["tp"] are 1-D meshes of the rank's
     column and row with the parent's groups, mesh["dp", "tp"] is the whole mesh, and an unknown
@@ -119,7 +124,7 @@ def slice_by_name(ctx):
         expected = _expected_group(shape, ctx.rank, dim)
         assert sub.ndim == 1 and sub.mesh_dim_names == (name,)
         assert sub.mesh.tolist() == expected, f"mesh[{name!r}].mesh {sub.mesh.tolist()}"
-        assert sub.device_type == ctx.device_type
+        assert_value(sub.device_type, ctx.device_type, "sub.device_type")
         assert sub.get_group() is mesh.get_group(name), f"mesh[{name!r}] has a new group"
         _assert_group(ctx, sub.get_group(), expected, f"mesh[{name!r}]")
     both = mesh["dp", "tp"]
@@ -128,7 +133,7 @@ def slice_by_name(ctx):
         mesh["pp"]
 
 
-@check("devicemesh.coordinate_local_rank", also_at=ALSO_AT)
+@check
 def coordinate_local_rank(ctx):
     """get_coordinate() is the rank's (row, column) in a 2-D mesh and get_local_rank(dim) its
     index in each dimension's group (by index and by name); a 1-D mesh's local rank is the
@@ -136,14 +141,15 @@ def coordinate_local_rank(ctx):
     shape = (2, ctx.world_size // 2)
     mesh = ctx.mesh(shape, ("dp", "tp"))
     coord = _expected_coordinate(shape, ctx.rank)
-    assert mesh.get_coordinate() == coord, f"get_coordinate() {mesh.get_coordinate()} != {coord}"
+    assert_value(mesh.get_coordinate(), coord, "get_coordinate()")
     for dim, name in enumerate(("dp", "tp")):
-        assert mesh.get_local_rank(dim) == coord[dim], f"get_local_rank({dim})"
-        assert mesh.get_local_rank(name) == coord[dim], f"get_local_rank({name!r})"
-    assert ctx.mesh((ctx.world_size,)).get_local_rank() == ctx.rank
+        assert_value(mesh.get_local_rank(dim), coord[dim], f"get_local_rank({dim})")
+        assert_value(mesh.get_local_rank(name), coord[dim], f"get_local_rank({name!r})")
+    assert_value(ctx.mesh((ctx.world_size,)).get_local_rank(), ctx.rank,
+                 "ctx.mesh((ctx.world_size,)).get_local_rank()")
 
 
-@check("devicemesh.flatten", also_at=ALSO_AT)
+@check
 def flatten(ctx):
     """mesh["dp", "tp"]._flatten() on a 2-D mesh is a 1-D mesh "dp_tp" over every rank whose
     group works on the device; flattening again returns the same mesh and a custom name is
@@ -152,15 +158,15 @@ def flatten(ctx):
         ctx.skip(f"torch {torch.__version__} has no DeviceMesh._flatten")
     mesh = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
     flat = mesh["dp", "tp"]._flatten()
-    assert flat.mesh_dim_names == ("dp_tp",), f"flattened names {flat.mesh_dim_names}"
-    assert flat.mesh.tolist() == list(range(ctx.world_size)), f"flattened mesh {flat.mesh.tolist()}"
+    assert_value(flat.mesh_dim_names, ("dp_tp",), "the flattened mesh's dim names")
+    assert_value(flat.mesh.tolist(), list(range(ctx.world_size)), "the flattened mesh")
     _assert_group(ctx, flat.get_group(), list(range(ctx.world_size)), "flattened dp_tp")
     assert mesh["dp", "tp"]._flatten() is flat, "flattening again built a new mesh"
     named = mesh["dp", "tp"]._flatten("world")
-    assert named.mesh_dim_names == ("world",)
+    assert_value(named.mesh_dim_names, ("world",), "named.mesh_dim_names")
 
 
-@check("devicemesh.context_manager", also_at=ALSO_AT)
+@check
 def context_manager(ctx):
     """``with mesh:`` makes mesh the current mesh, a nested ``with`` makes the inner one current
     and restores the outer on exit, and leaving the outer leaves no current mesh ("No device
@@ -174,7 +180,7 @@ def context_manager(ctx):
         with inner:
             assert _mesh_resources.get_current_mesh() is inner
         assert _mesh_resources.get_current_mesh() is outer, "leaving the inner mesh lost the outer"
-    assert len(_mesh_resources.mesh_stack) == depth
+    assert_value(len(_mesh_resources.mesh_stack), depth, "len(_mesh_resources.mesh_stack)")
     if depth == 0:
         with expect_raises(RuntimeError, "No device mesh is currently active",
                            what="get_current_mesh() after leaving every `with mesh:`"):
@@ -230,7 +236,7 @@ def _probe_result(proc, what):
     return json.loads(out.strip().splitlines()[-1])
 
 
-@check("devicemesh.device_selection", also_at=ALSO_AT, requires=("accelerator",), timeout=150)
+@check(requires=("accelerator",), timeout=150)
 def device_selection(ctx):
     """DeviceMesh selects the process's device only if the user has not: with LOCAL_RANK set it
     takes that device, without it rank % device_count(), and a device set by the user before
@@ -258,9 +264,9 @@ def device_selection(ctx):
             assert got["current_device"] == expected, (
                 f"{what}: current_device() is {got['current_device']} after init_device_mesh, "
                 f"expected {expected} ({got['device_count']} devices)")
-            assert got["backend"] == ctx.spec.collective_backend, f"{what}: {got}"
+            assert_value(got["backend"], ctx.spec.collective_backend, f"{what}: the backend")
             world = 1 if what == "user-set device" else 2
-            assert got["all_reduce"] == [float(world)] * 2, f"{what}: all_reduce gave {got}"
+            assert_value(got["all_reduce"], [float(world)] * 2, f"{what}: all_reduce of ones")
 
 
 _EAGER_INIT_PROBE = r"""
@@ -280,6 +286,7 @@ if bound != device:
     sys.exit(f"init_process_group(device_id={device}) left the default group's bound_device_id "
              f"= {bound}: eager init is lost, so DeviceMesh and split_group cannot split it")
 from torch.distributed.device_mesh import init_device_mesh
+
 mesh = init_device_mesh(spec.device_type, (world, 1), mesh_dim_names=("dp", "tp"))
 t = torch.ones(2, device=device)
 dist.all_reduce(t, group=mesh["dp"].get_group())
@@ -292,7 +299,7 @@ dist.destroy_process_group()
 """
 
 
-@check("devicemesh.eager_init_split", also_at=ALSO_AT, requires=("accelerator",), timeout=150)
+@check(requires=("accelerator",), timeout=150)
 def eager_init_split(ctx):
     """init_process_group(device_id=...) (eager init, the setup torch recommends) keeps the
     device bound to the default group, and then DeviceMesh builds its sub-groups with
@@ -308,10 +315,11 @@ def eager_init_split(ctx):
         procs = [_launch(ctx, _EAGER_INIT_PROBE, [str(r), "2", init_file]) for r in range(2)]
         for r, proc in enumerate(procs):
             got = _probe_result(proc, f"eager-init rank {r}")
-            assert got == {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1}, f"rank {r}: {got}"
+            assert_value(got, {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1},
+                         f"rank {r}'s results")
 
 
-@check("devicemesh.mesh_larger_than_world", also_at=ALSO_AT)
+@check
 def mesh_larger_than_world(ctx):
     """A mesh with more ranks than the world raises RuntimeError naming both sizes ("Mesh
     should not be bigger than default world size") (torch.distributed.device_mesh)."""
@@ -320,7 +328,7 @@ def mesh_larger_than_world(ctx):
         ctx.mesh((ctx.world_size * 2,))
 
 
-@check("devicemesh.from_group", also_at=ALSO_AT)
+@check
 def from_group(ctx):
     """DeviceMesh.from_group wraps existing groups without creating new ones: the world group
     (1-D), a half-world group (1-D, its own ranks), and a (dp, tp) pair of groups with a mesh
@@ -343,11 +351,11 @@ def from_group(ctx):
     mesh2 = DeviceMesh.from_group([dp_groups[col], tp_groups[row]], ctx.device_type,
                                   mesh=layout, mesh_dim_names=("dp", "tp"))
     assert mesh2.get_group("dp") is dp_groups[col] and mesh2.get_group("tp") is tp_groups[row]
-    assert mesh2.get_coordinate() == (row, col), f"get_coordinate() {mesh2.get_coordinate()}"
+    assert_value(mesh2.get_coordinate(), (row, col), "get_coordinate()")
     _assert_group(ctx, mesh2["tp"].get_group(), layout[row].tolist(), "from_group 2-D tp")
 
 
-@check("devicemesh.submesh_collective_members", also_at=ALSO_AT)
+@check
 def submesh_collective_members(ctx):
     """A collective on a sub-mesh's group involves only its members: all_gather over
     mesh["tp"] returns exactly the row's ranks, over mesh["dp"] the column's
@@ -362,7 +370,7 @@ def submesh_collective_members(ctx):
         assert_equal(out, torch.tensor([float(r) for r in expected]), f"all_gather over mesh[{name!r}]")
 
 
-@check("devicemesh.dim_group_dispatch", also_at=ALSO_AT, requires=("cpu-collectives",))
+@check(requires=("cpu-collectives",))
 def dim_group_dispatch(ctx):
     """A mesh dimension's group is a dispatchable process group: the same group reduces a
     device tensor through the backend's library and a CPU tensor through gloo (PR 102336)."""
@@ -372,7 +380,7 @@ def dim_group_dispatch(ctx):
     for device in (ctx.device, torch.device("cpu")):
         t = torch.tensor([float(ctx.rank)], device=device)
         dist.all_reduce(t, group=group)
-        assert t.device == device
+        assert_value(t.device, device, "t.device")
         assert_equal(t, torch.tensor([float(sum(members))]), f"all_reduce of a {device} tensor on mesh['tp']")
     cpu_backend = group._get_backend(torch.device("cpu")).name()
     assert cpu_backend == "gloo", f"the group's cpu backend is {cpu_backend!r}, expected 'gloo'"

@@ -15,13 +15,15 @@ import io
 
 import torch
 import torch.distributed as dist
+import torch.distributed.tensor as dtensor_api
 import torch.nn.functional as F
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import (
     ALSO_AT,
     assert_close,
     assert_equal,
     assert_on_device,
+    assert_value,
     expect_raises,
     host_tensor,
 )
@@ -32,10 +34,11 @@ from torch.distributed.tensor import (
     Partial,
     Replicate,
     Shard,
-    distribute_module,
     distribute_tensor,
 )
 from torch.distributed.tensor.debug import CommDebugMode
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 
 def _ints(shape, seed, low=-4, high=5):
@@ -63,8 +66,8 @@ def expected_local(full: torch.Tensor, mesh: DeviceMesh, placements) -> torch.Te
 def _check_distributed(ctx, full, mesh, placements, what):
     dt = distribute_tensor(full.to(ctx.device, copy=True), mesh, placements)
     assert isinstance(dt, DTensor), f"{what}: distribute_tensor returned {type(dt).__name__}"
-    assert tuple(dt.placements) == tuple(placements), f"{what}: placements {dt.placements}"
-    assert dt.shape == full.shape, f"{what}: global shape {tuple(dt.shape)}"
+    assert_value(tuple(dt.placements), tuple(placements), f"{what}: placements")
+    assert_value(tuple(dt.shape), tuple(full.shape), f"{what}: global shape")
     local = dt.to_local()
     assert_on_device(ctx, local, f"{what}: local tensor")
     assert_equal(local, expected_local(full, mesh, placements), f"{what}: local shard")
@@ -72,7 +75,7 @@ def _check_distributed(ctx, full, mesh, placements, what):
     return dt
 
 
-@check("dtensor.distribute_1d", also_at=ALSO_AT)
+@check
 def distribute_1d(ctx):
     """distribute_tensor on a 1-D mesh with Shard(0), Shard(1) and Replicate, on an even
     (8, 6) and an uneven (7, 5) tensor: each rank holds torch.chunk's piece (empty where chunk
@@ -84,7 +87,7 @@ def distribute_1d(ctx):
             _check_distributed(ctx, full, mesh, [placement], f"{shape} {placement}")
 
 
-@check("dtensor.distribute_2d", also_at=ALSO_AT)
+@check
 def distribute_2d(ctx):
     """distribute_tensor on a 2-D (dp, tp) mesh with [Shard(0), Shard(1)], [Replicate(),
     Shard(0)], [Shard(1), Replicate()] and [Shard(0), Shard(0)] (nested), even and uneven;
@@ -98,7 +101,7 @@ def distribute_2d(ctx):
             _check_distributed(ctx, full, mesh, placements, f"{shape} {placements}")
 
 
-@check("dtensor.from_local_to_local", also_at=ALSO_AT)
+@check
 def from_local_to_local(ctx):
     """from_local(local, mesh, [Shard(0)]) infers the global shape and stride from even local
     shards; to_local() returns the same values, shape and stride; passing shape/stride builds
@@ -119,12 +122,12 @@ def from_local_to_local(ctx):
     uneven = _ints((7, 3), 4)
     piece = expected_local(uneven, mesh, [Shard(0)]).to(ctx.device, copy=True)
     dt = DTensor.from_local(piece, mesh, [Shard(0)], shape=uneven.shape, stride=uneven.stride())
-    assert dt.shape == uneven.shape
+    assert_value(dt.shape, uneven.shape, "dt.shape")
     assert_equal(dt.full_tensor(), uneven, "full_tensor() of an uneven from_local")
     transposed = _ints((3, 4), 5).to(ctx.device, copy=True).t()
     dt = DTensor.from_local(transposed, mesh, [Replicate()])
-    assert dt.stride() == transposed.stride(), f"stride {dt.stride()} != {transposed.stride()}"
-    assert dt.to_local().stride() == transposed.stride()
+    assert_value(dt.stride(), transposed.stride(), "stride")
+    assert_value(dt.to_local().stride(), transposed.stride(), "dt.to_local().stride()")
 
 
 _TRANSITIONS_1D = (
@@ -151,20 +154,20 @@ def _check_transitions(ctx, mesh, transitions, shapes):
             dt = distribute_tensor(full.to(ctx.device, copy=True), mesh, src)
             out = dt.redistribute(mesh, dst)
             what = f"{shape} {src} -> {dst}"
-            assert tuple(out.placements) == tuple(dst), f"{what}: placements {out.placements}"
+            assert_value(tuple(out.placements), tuple(dst), f"{what}: placements")
             assert_on_device(ctx, out.to_local(), what)
             assert_equal(out.to_local(), expected_local(full, mesh, dst), f"{what}: local shard")
             assert_equal(out.full_tensor(), full, f"{what}: full_tensor()")
 
 
-@check("dtensor.redistribute_1d", also_at=ALSO_AT)
+@check
 def redistribute_1d(ctx):
     """redistribute on a 1-D mesh: S(0)->R, R->S(0), S(0)->S(1), S(1)->S(0), R->S(1), on even
     and uneven tensors; each result holds the expected shard (DTensor.redistribute)."""
     _check_transitions(ctx, ctx.mesh((ctx.world_size,)), _TRANSITIONS_1D, ((8, 8), (7, 5)))
 
 
-@check("dtensor.redistribute_2d", also_at=ALSO_AT)
+@check
 def redistribute_2d(ctx):
     """redistribute on a 2-D (dp, tp) mesh between mixed layouts ([S(0),S(1)]->[R,R],
     [R,S(0)]->[S(1),R], [S(0),S(0)]->[R,S(1)], [S(1),R]->[S(0),S(1)], [R,R]->[S(0),S(0)]),
@@ -172,7 +175,38 @@ def redistribute_2d(ctx):
     _check_transitions(ctx, _mesh_2d(ctx), _TRANSITIONS_2D, ((8, 8), (6, 5)))
 
 
-@check("dtensor.partial", also_at=ALSO_AT)
+#: A shape past the mock transport's 512 KiB rounds and a 1 MiB protocol switch (1.18 MiB of
+#: float32), whose 1031 rows split unevenly over 2, 4 and 8 ranks.
+LARGE_UNEVEN = (1031, 300)
+
+
+@check
+def large_redistribute(ctx):
+    """redistribute of a (1031, 300) float32 DTensor (1.2 MiB; its rows split unevenly over the
+    ranks): S(0)->R, R->S(0), S(0)->S(1), S(1)->S(0) each hold the expected shard and the
+    whole tensor (DTensor.redistribute)."""
+    _check_transitions(ctx, ctx.mesh((ctx.world_size,)), _TRANSITIONS_1D[:4], (LARGE_UNEVEN,))
+
+
+@check
+def large_partial(ctx):
+    """A Partial("sum") DTensor of (1031, 300) float32 (1.2 MiB; rows split unevenly) reduces
+    exactly: P->R (one all_reduce of 1.2 MiB) gives the sum of every rank's local tensor, P->S(0)
+    (reduce_scatter into uneven shards) the matching rows of it, Partial("avg") the mean
+    (torch.distributed.tensor.Partial)."""
+    mesh = ctx.mesh((ctx.world_size,))
+    mine = _ints(LARGE_UNEVEN, 40 + ctx.rank)
+    total = torch.stack([_ints(LARGE_UNEVEN, 40 + r) for r in range(ctx.world_size)]).sum(0)
+    summed = DTensor.from_local(mine.to(ctx.device, copy=True), mesh, [Partial("sum")])
+    assert_equal(summed.redistribute(mesh, [Replicate()]).to_local(), total,
+                 "Partial(sum) -> Replicate of (1031, 300)")
+    assert_equal(summed.redistribute(mesh, [Shard(0)]).to_local(),
+                 expected_local(total, mesh, [Shard(0)]), "Partial(sum) -> Shard(0) of (1031, 300)")
+    avg = DTensor.from_local(mine.to(ctx.device, copy=True), mesh, [Partial("avg")])
+    assert_equal(avg.full_tensor(), total / ctx.world_size, "Partial(avg) of (1031, 300)")
+
+
+@check
 def partial(ctx):
     """A Partial("sum") DTensor made with from_local reduces to the sum of every rank's local
     tensor (P->R via full_tensor and redistribute, P->S(0) keeps the matching chunk of the sum);
@@ -194,7 +228,7 @@ def partial(ctx):
     assert "Partial" in raised.message or "P(sum)" in raised.message, raised.message
 
 
-@check("dtensor.elementwise", also_at=ALSO_AT)
+@check
 def elementwise(ctx):
     """Element-wise ops on DTensors (add/mul/sub of Shard(0) and Replicate operands, a scalar,
     relu, abs, where, pow, in-place add_) keep the shard layout and equal the single-device
@@ -218,12 +252,12 @@ def elementwise(ctx):
         assert isinstance(got, DTensor), f"{what} is a {type(got).__name__}"
         assert_on_device(ctx, got.to_local(), what)
         assert_equal(got.full_tensor(), expected, what)
-    assert da.add(db).placements == (Shard(0),)
+    assert_value(da.add(db).placements, (Shard(0),), "da.add(db).placements")
     da.add_(db)
     assert_equal(da.full_tensor(), a + b, "in-place add_")
 
 
-@check("dtensor.matmul", also_at=(2,))
+@check(also_at=(2,))
 def matmul(ctx):
     """mm, matmul and bmm for the sharding combinations DTensor supports: S(0)@R -> S(0),
     R@S(1) -> S(1), S(1)@S(0) -> Partial, R@R -> R, S(0)@S(1), batched S(0)@S(0) bmm and a 3-D
@@ -248,17 +282,17 @@ def matmul(ctx):
             got = op(d(a, pa), d(b, pb))
             what = f"{op.__name__}({pa}, {pb})"
             if out_placement is not None:
-                assert got.placements == (out_placement,), f"{what}: placements {got.placements}"
+                assert_value(got.placements, (out_placement,), f"{what}: placements")
             assert_equal(got.full_tensor(), a @ b, what)
     x, y = _ints((4, 6, 5), 32), _ints((4, 5, 3), 33)
     got = torch.bmm(d(x, Shard(0)), d(y, Shard(0)))
-    assert got.placements == (Shard(0),), f"bmm(S(0), S(0)) placements {got.placements}"
+    assert_value(got.placements, (Shard(0),), "bmm(S(0), S(0)) placements")
     assert_equal(got.full_tensor(), torch.bmm(x, y), "bmm(S(0), S(0))")
     got = torch.matmul(d(x, Shard(1)), d(_ints((5, 4), 34), Replicate()))
     assert_equal(got.full_tensor(), torch.matmul(x, _ints((5, 4), 34)), "matmul(3-D S(1), 2-D R)")
 
 
-@check("dtensor.reductions", also_at=ALSO_AT)
+@check
 def reductions(ctx):
     """sum, mean, amax/max and amin with and without dim, over the sharded and the unsharded
     dim of Shard(0)/Shard(1) DTensors and a 2-D [Shard(0), Shard(1)] one, equal one device
@@ -283,7 +317,7 @@ def reductions(ctx):
                 assert_equal(got.full_tensor(), expected, f"{placements} {what}")
 
 
-@check("dtensor.view_ops", also_at=ALSO_AT)
+@check
 def view_ops(ctx):
     """view, reshape, transpose/t, permute, flatten and unsqueeze on a Shard(0) DTensor give the
     single-device values, with the shard dim following the view (Shard(0) -> t() is Shard(1))
@@ -302,11 +336,11 @@ def view_ops(ctx):
                                            full.view(8, 2, 3).permute(2, 0, 1), Shard(1)),
     }
     for what, (got, expected, placement) in cases.items():
-        assert got.placements == (placement,), f"{what}: placements {got.placements}"
+        assert_value(got.placements, (placement,), f"{what}: placements")
         assert_equal(got.full_tensor(), expected, what)
 
 
-@check("dtensor.softmax", also_at=ALSO_AT)
+@check
 def softmax(ctx):
     """softmax and log_softmax over the unsharded dim keep Shard(0); over the sharded dim the
     result is still right (values within 1e-6 of one device) (torch.distributed.tensor)."""
@@ -314,7 +348,7 @@ def softmax(ctx):
     full = host_tensor((8, 6), 60)
     dt = distribute_tensor(full.to(ctx.device, copy=True), mesh, [Shard(0)])
     got = torch.softmax(dt, dim=1)
-    assert got.placements == (Shard(0),), f"softmax(dim=1) placements {got.placements}"
+    assert_value(got.placements, (Shard(0),), "softmax(dim=1) placements")
     assert_close(got.full_tensor(), torch.softmax(full, 1), "softmax(dim=1)", atol=1e-6)
     assert_close(torch.log_softmax(dt, 1).full_tensor(), torch.log_softmax(full, 1), "log_softmax",
                  atol=1e-6)
@@ -322,7 +356,7 @@ def softmax(ctx):
                  atol=1e-6)
 
 
-@check("dtensor.layer_norm", also_at=ALSO_AT)
+@check
 def layer_norm(ctx):
     """layer_norm over the last dim of a Shard(0) input with replicated weight and bias keeps
     Shard(0) and matches one device within 1e-5, forward and the weight's gradient
@@ -333,7 +367,7 @@ def layer_norm(ctx):
     dw = distribute_tensor(w.to(ctx.device, copy=True), mesh, [Replicate()]).requires_grad_()
     db = distribute_tensor(b.to(ctx.device, copy=True), mesh, [Replicate()])
     out = F.layer_norm(dx, (16,), dw, db)
-    assert out.placements == (Shard(0),), f"layer_norm placements {out.placements}"
+    assert_value(out.placements, (Shard(0),), "layer_norm placements")
     ref_w = w.clone().requires_grad_()
     ref = F.layer_norm(x, (16,), ref_w, b)
     assert_close(out.full_tensor(), ref, "layer_norm", atol=1e-5)
@@ -342,7 +376,7 @@ def layer_norm(ctx):
     assert_close(dw.grad.full_tensor(), ref_w.grad, "layer_norm weight grad", atol=1e-5)
 
 
-@check("dtensor.embedding", also_at=(2,))
+@check(also_at=(2,))
 def embedding(ctx):
     """Embedding lookups with a replicated index tensor: a row-wise Shard(0) table (vocab
     parallel: masked partial sums) and a column-wise Shard(1) table both equal one device
@@ -357,7 +391,7 @@ def embedding(ctx):
         assert_equal(got.full_tensor(), F.embedding(idx, table), f"embedding with a {placement} table")
 
 
-@check("dtensor.autograd", also_at=ALSO_AT)
+@check
 def autograd(ctx):
     """Backward through DTensor ops: y = x @ w with x Shard(0) and w Replicate, upstream grad
     Shard(0): x.grad is Shard(0), w.grad is Partial(sum), and both equal the single-device
@@ -368,8 +402,8 @@ def autograd(ctx):
     dw = distribute_tensor(w.to(ctx.device, copy=True), mesh, [Replicate()]).requires_grad_()
     dg = distribute_tensor(g.to(ctx.device, copy=True), mesh, [Shard(0)])
     (dx @ dw).backward(dg)
-    assert dx.grad.placements == (Shard(0),), f"x.grad placements {dx.grad.placements}"
-    assert dw.grad.placements == (Partial("sum"),), f"w.grad placements {dw.grad.placements}"
+    assert_value(dx.grad.placements, (Shard(0),), "x.grad placements")
+    assert_value(dw.grad.placements, (Partial("sum"),), "w.grad placements")
     assert_equal(dx.grad.full_tensor(), g @ w.t(), "x.grad")
     assert_equal(dw.grad.full_tensor(), x.t() @ g, "w.grad")
     dx.grad = dw.grad = None
@@ -383,7 +417,7 @@ def autograd(ctx):
 def _check_factory(ctx, mesh, name, dt, expected, placement, size):
     what = f"{name}({placement})"
     assert dt.shape == size and dt.dtype == torch.float32, f"{what}: {tuple(dt.shape)} {dt.dtype}"
-    assert dt.placements == (placement,), f"{what}: placements {dt.placements}"
+    assert_value(dt.placements, (placement,), f"{what}: placements")
     local = dt.to_local()
     assert_on_device(ctx, local, what)
     assert local.shape == expected_local(torch.empty(size), mesh, [placement]).shape, (
@@ -392,7 +426,7 @@ def _check_factory(ctx, mesh, name, dt, expected, placement, size):
         assert_equal(dt.full_tensor(), expected, what)
 
 
-@check("dtensor.redistribute_autograd", also_at=ALSO_AT)
+@check
 def redistribute_autograd(ctx):
     """redistribute is differentiable: the gradient of S(0)->R flows back as Shard(0) with the
     single-device values, that of S(0)->S(1) as Shard(0), and to_local/from_local pass
@@ -403,7 +437,7 @@ def redistribute_autograd(ctx):
         x = distribute_tensor(full.to(ctx.device, copy=True), mesh, [Shard(0)]).requires_grad_()
         y = x.redistribute(mesh, dst)
         (y * distribute_tensor(g.to(ctx.device, copy=True), mesh, dst)).sum().backward()
-        assert x.grad.placements == (Shard(0),), f"S(0)->{dst}: grad placements {x.grad.placements}"
+        assert_value(x.grad.placements, (Shard(0),), f"S(0)->{dst}: grad placements")
         assert_equal(x.grad.full_tensor(), g, f"S(0)->{dst}: gradient")
     local = torch.chunk(full, ctx.world_size)[ctx.rank].to(ctx.device, copy=True).requires_grad_()
     dt = DTensor.from_local(local, mesh, [Shard(0)])
@@ -411,7 +445,7 @@ def redistribute_autograd(ctx):
     assert_equal(local.grad, torch.chunk(g, ctx.world_size)[ctx.rank], "gradient through from_local")
 
 
-@check("dtensor.factory", also_at=ALSO_AT)
+@check
 def factory(ctx):
     """DTensor factories on a mesh (zeros, ones, full, empty) with Shard(0) on an uneven size
     and Replicate: global and local shapes, dtype, the rank's own device, and the values
@@ -431,7 +465,7 @@ def factory(ctx):
             _check_factory(ctx, mesh, name, dt, expected, placement, size)
 
 
-@check("dtensor.factory_random", also_at=ALSO_AT, requires=("rng-tracker",))
+@check(requires=("rng-tracker",))
 def factory_random(ctx):
     """The random DTensor factories rand and randn (which run inside the RNG tracker) give the
     right global/local shapes on the rank's device; rand lies in [0, 1) and a Replicate randn is
@@ -455,7 +489,7 @@ def factory_random(ctx):
         assert_equal(other, replica, f"Replicate randn on rank {r} vs rank {ctx.rank}")
 
 
-@check("dtensor.local_device_index", also_at=ALSO_AT)
+@check
 def local_device_index(ctx):
     """Every DTensor local tensor lives on this rank's own device index (``<type>:<local_rank>``),
     whether made by distribute_tensor, from_local of a host tensor, redistribute or an op
@@ -473,8 +507,8 @@ def local_device_index(ctx):
         assert_on_device(ctx, value.to_local(), what)
 
 
-@check("dtensor.distribute_module", also_at=ALSO_AT)
-def distribute_module_fns(ctx):
+@check
+def distribute_module(ctx):
     """distribute_module with a partition_fn (Linear weight Shard(0), bias Shard(0)), an
     input_fn (input to a Replicate DTensor) and an output_fn (result to a local full tensor):
     the module's parameters become DTensors on the device and its output equals the
@@ -499,7 +533,7 @@ def distribute_module_fns(ctx):
     def output_fn(submodule, output, device_mesh):
         return output.full_tensor()
 
-    distribute_module(module, mesh, partition_fn, input_fn, output_fn)
+    dtensor_api.distribute_module(module, mesh, partition_fn, input_fn, output_fn)
     assert isinstance(module.weight, DTensor) and module.weight.placements == (Shard(0),)
     assert_on_device(ctx, module.weight.to_local(), "distributed weight")
     x = _ints((5, 6), 112)
@@ -508,7 +542,7 @@ def distribute_module_fns(ctx):
     assert_equal(out, ref(x).detach(), "distributed Linear output")
 
 
-@check("dtensor.ambient_mesh", also_at=ALSO_AT)
+@check
 def ambient_mesh(ctx):
     """Under ``with mesh:`` distribute_tensor, DTensor.from_local and the factories take that
     mesh when none is passed, and redistribute inside another mesh's context keeps the tensor's
@@ -536,7 +570,7 @@ def _counts(comm_mode) -> dict[str, int]:
     return {str(op).split(".")[-1]: n for op, n in comm_mode.get_comm_counts().items() if n}
 
 
-@check("dtensor.comm_counts", also_at=ALSO_AT)
+@check
 def comm_counts(ctx):
     """CommDebugMode sees exactly the collectives DTensor promises: S->R one all_gather,
     P->R one all_reduce, P->S one reduce_scatter, R->S none; distribute_tensor(Shard(0)) one
@@ -565,7 +599,7 @@ def comm_counts(ctx):
         assert got == expected, f"{what}: CommDebugMode counted {got}, expected {expected}"
 
 
-@check("dtensor.from_local_run_check", also_at=ALSO_AT)
+@check
 def from_local_run_check(ctx):
     """from_local(..., run_check=True) raises ValueError ("Inconsistent tensor metadata") when
     one rank's local shape or dtype differs, and with Replicate it broadcasts rank 0's data so
@@ -583,7 +617,7 @@ def from_local_run_check(ctx):
     assert_equal(rep.to_local(), torch.zeros(2, 3), "Replicate from_local(run_check=True) (rank 0's data)")
 
 
-@check("dtensor.submesh_non_members", also_at=ALSO_AT)
+@check
 def submesh_non_members(ctx):
     """A DTensor on a mesh of the first half of the ranks: members hold their shard and see the
     full tensor; the other ranks hold an empty local tensor and have no coordinate
@@ -594,16 +628,16 @@ def submesh_non_members(ctx):
     dt = distribute_tensor(full.to(ctx.device, copy=True), sub, [Shard(0)])
     local = dt.to_local()
     if ctx.rank < half:
-        assert sub.get_coordinate() == (ctx.rank,)
+        assert_value(sub.get_coordinate(), (ctx.rank,), "sub.get_coordinate()")
         assert_equal(local, torch.chunk(full, half)[ctx.rank], "member's shard")
         assert_equal(dt.full_tensor(), full, "member's full_tensor()")
     else:
         assert sub.get_coordinate() is None, f"non-member coordinate {sub.get_coordinate()}"
-        assert local.numel() == 0, f"non-member local tensor has shape {tuple(local.shape)}"
+        assert_value(tuple(local.shape), (0,), "a non-member's local tensor shape")
         assert dt.shape == full.shape, "non-member DTensor lost the global shape"
 
 
-@check("dtensor.meta_to_empty", also_at=ALSO_AT)
+@check
 def meta_to_empty(ctx):
     """A module built on the meta device and distributed there holds meta DTensors; to_empty
     onto the rank's device materialises local shards of the right shape on that device, and
@@ -616,12 +650,12 @@ def meta_to_empty(ctx):
         for pname, param in list(submodule.named_parameters(recurse=False)):
             submodule.register_parameter(pname, nn.Parameter(distribute_tensor(param, device_mesh, [Shard(0)])))
 
-    distribute_module(module, mesh, partition_fn)
+    dtensor_api.distribute_module(module, mesh, partition_fn)
     assert module.weight.is_meta and isinstance(module.weight, DTensor)
     module.to_empty(device=ctx.device)
     local = module.weight.to_local()
     assert_on_device(ctx, local, "materialised weight shard")
-    assert tuple(local.shape) == (8 // ctx.world_size, 6), f"shard shape {tuple(local.shape)}"
+    assert_value(tuple(local.shape), (8 // ctx.world_size, 6), "shard shape")
     weight = _ints((8, 6), 150)
     with torch.no_grad():
         module.weight.copy_(distribute_tensor(weight.to(ctx.device, copy=True), mesh, [Shard(0)]))
@@ -630,7 +664,7 @@ def meta_to_empty(ctx):
     assert_equal(out.full_tensor(), x @ weight.t(), "output after to_empty + load")
 
 
-@check("dtensor.save_load", also_at=ALSO_AT)
+@check
 def save_load(ctx):
     """torch.save of a Shard(0) DTensor and torch.load(weights_only=True) give back a DTensor
     with the same placements, an equal mesh, the same local shard on the device and the same

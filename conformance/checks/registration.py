@@ -14,15 +14,22 @@ import sys
 
 import torch
 import torch.distributed as dist
-from accelkit.conformance.api import check
-from accelkit.conformance.checks._util import ALSO_AT, all_ranks_object, assert_equal
+from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.checks._util import (
+    ALSO_AT,
+    all_ranks_object,
+    assert_equal,
+    assert_value,
+)
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
 
 
 def _handle(ctx):
     return getattr(torch, ctx.device_type)
 
 
-@check("registration.default_backend_for_device", also_at=ALSO_AT)
+@check
 def default_backend_for_device(ctx):
     """Backend.default_device_backend_map and get_default_backend_for_device name the backend's
     collective library for its device type (given as a str and as a torch.device), and the
@@ -38,7 +45,7 @@ def default_backend_for_device(ctx):
     assert ctx.device_type in capability, f"Backend.backend_capability[{be!r}] = {capability}"
 
 
-@check("registration.group_backend_for_device", also_at=ALSO_AT)
+@check
 def group_backend_for_device(ctx):
     """The default group's backend for the device is the backend's library and reports its own
     name (the device Backend's name(), e.g. "mockccl"), and the group's backend config maps the
@@ -67,6 +74,7 @@ def group_backend_for_device(ctx):
 _CHECKER_PROBE = r"""
 import json, sys
 from accelkit.core import check_device_handle, registry
+
 spec = registry.get(sys.argv[1])
 spec.setup()
 report = check_device_handle(spec.device_type)
@@ -74,7 +82,7 @@ print(json.dumps({"errors": len(report.errors), "render": report.render()}))
 """
 
 
-@check("registration.device_handle_contract", also_at=ALSO_AT, timeout=120)
+@check(timeout=120)
 def device_handle_contract(ctx):
     """accelkit's device-handle checker (accelkit.core.check_device_handle), run by rank 0 in a
     fresh process after the backend's setup() (the checker needs a device nobody has used
@@ -93,7 +101,7 @@ def device_handle_contract(ctx):
         f"check_device_handle({ctx.device_type!r}) found errors:\n{result['render']}")
 
 
-@check("registration.accelerator_api", also_at=ALSO_AT, requires=("accelerator",))
+@check(requires=("accelerator",))
 def accelerator_api(ctx):
     """torch.accelerator reports the device: available, current_accelerator() is the device
     type, device_count() matches torch.<device>, the current index is the rank's device, and
@@ -110,15 +118,17 @@ def accelerator_api(ctx):
     other = (ctx.device.index + 1) % acc.device_count()
     acc.set_device_index(other)
     try:
-        assert _handle(ctx).current_device() == other, "set_device_index did not reach the device handle"
+        assert_value(_handle(ctx).current_device(), other,
+                     f"torch.{ctx.device_type}.current_device() after set_device_index({other})")
     finally:
         acc.set_device_index(ctx.device.index)
     torch.ones(4, device=ctx.device).add_(1)
     acc.synchronize()
-    assert torch._C._get_accelerator().type == ctx.device_type
+    assert_value(torch._C._get_accelerator().type, ctx.device_type,
+                 "torch._C._get_accelerator().type")
 
 
-@check("registration.manual_seed_reaches_device", also_at=ALSO_AT, requires=("accelerator",))
+@check(requires=("accelerator",))
 def manual_seed_reaches_device(ctx):
     """torch.manual_seed(s) seeds the device generator too (initial_seed() is s and the device
     draws repeat after reseeding, differ for another seed), so every rank seeding alike draws
@@ -126,7 +136,7 @@ def manual_seed_reaches_device(ctx):
     torch.<device>)."""
     handle = _handle(ctx)
     torch.manual_seed(2024)
-    assert handle.initial_seed() == 2024, f"torch.{ctx.device_type}.initial_seed() is {handle.initial_seed()}"
+    assert_value(handle.initial_seed(), 2024, f"torch.{ctx.device_type}.initial_seed()")
     first = torch.rand(16, device=ctx.device).cpu()
     torch.manual_seed(2024)
     assert_equal(torch.rand(16, device=ctx.device), first, "device draw after reseeding")
@@ -138,7 +148,7 @@ def manual_seed_reaches_device(ctx):
         assert_equal(d, first, f"rank {r}'s device draw at the same seed")
 
 
-@check("registration.device_module", also_at=ALSO_AT, requires=("accelerator",))
+@check(requires=("accelerator",))
 def device_module(ctx):
     """The device is usable through the normal torch surface: torch.<device> is registered,
     tensors move to and from it with their values, and for a PrivateUse1 device the backend is
@@ -156,7 +166,7 @@ def device_module(ctx):
         assert flag is True, f"Tensor.is_{ctx.device_type} is {flag!r}"
 
 
-@check("registration.module_to_identity", also_at=ALSO_AT)
+@check
 def module_to_identity(ctx):
     """Moving a module to the device keeps its Parameters (nn.Module._apply swaps the data in
     when torch._has_compatible_shallow_copy_type says the tensors are compatible, as for CUDA;

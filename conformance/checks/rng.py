@@ -14,13 +14,14 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from accelkit.conformance.api import check
+from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import ALSO_AT, all_ranks_object, assert_equal, expect_raises
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, _random, distribute_tensor
 
 TRACKER = ("rng-tracker",)
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, requires=TRACKER)
 
 
 def _handle(ctx):
@@ -61,7 +62,7 @@ def _gather_locals(dt: DTensor, group=None) -> list[torch.Tensor]:
     return all_ranks_object(dt.to_local().detach().cpu(), group)
 
 
-@check("rng.cpu_mesh_refused", also_at=ALSO_AT)
+@check(requires=())
 def cpu_mesh_refused(ctx):
     """torch's tracker refuses a cpu mesh: OffsetBasedRNGTracker(cpu mesh) raises RuntimeError
     naming "CUDA/CUDA-like/XPU" — why the rng checks are SKIPped, not failed, on the cpu
@@ -71,20 +72,24 @@ def cpu_mesh_refused(ctx):
         _random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
 
 
-@check("rng.supported", also_at=ALSO_AT, requires=TRACKER)
+@check
 def supported(ctx):
     """is_rng_supported_mesh is True for the device's mesh (the handle has set_rng_state), the
     backend declares an RNG class other than "unsupported", and the tracker builds on the
     rank's device (PR 103235, PR 102468)."""
     mesh = ctx.mesh((ctx.world_size,))
-    assert _random.is_rng_supported_mesh(mesh), f"is_rng_supported_mesh is False on {ctx.device_type}"
-    assert ctx.spec.capabilities.rng in ("offset-exact", "offset-consistent"), ctx.spec.capabilities.rng
+    assert _random.is_rng_supported_mesh(mesh), (
+        f"is_rng_supported_mesh is False on {ctx.device_type}, expected True (the handle needs "
+        "set_rng_state)")
+    declared = ctx.spec.capabilities.rng
+    assert declared in ("offset-exact", "offset-consistent"), (
+        f"backend declares rng={declared!r}, expected 'offset-exact' or 'offset-consistent'")
     tracker = _fresh(ctx, mesh)
     expected = torch.device(ctx.device_type, ctx.rank % _handle(ctx).device_count())
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
 
 
-@check("rng.state_layout", also_at=ALSO_AT, requires=TRACKER)
+@check
 def state_layout(ctx):
     """get_rng_state() is 16 bytes that decode to (seed, offset): torch.manual_seed(s) gives
     seed s at offset 0 on the device, a device random op moves the offset forward, the state
@@ -93,19 +98,31 @@ def state_layout(ctx):
     handle = _handle(ctx)
     torch.manual_seed(4321)
     seed, offset = _device_seed_offset(ctx)
-    assert (seed, offset) == (4321, 0), f"after torch.manual_seed(4321): seed {seed}, offset {offset}"
+    assert (seed, offset) == (4321, 0), (
+        f"after torch.manual_seed(4321): (seed, offset) ({seed}, {offset}), expected (4321, 0)")
     saved = handle.get_rng_state(ctx.device)
     first = torch.rand(64, device=ctx.device)
     seed2, offset2 = _device_seed_offset(ctx)
-    assert seed2 == 4321 and offset2 > offset, f"after torch.rand(64): seed {seed2}, offset {offset2}"
+    if ctx.spec.capabilities.rng == "offset-exact":  # 64 elements take offsets 0..63
+        assert (seed2, offset2) == (4321, 64), (
+            f"after torch.rand(64): (seed, offset) ({seed2}, {offset2}), expected (4321, 64): an "
+            "offset-exact generator advances by ceil4(numel)")
+    assert seed2 == 4321 and offset2 > offset, (
+        f"after torch.rand(64): (seed, offset) ({seed2}, {offset2}), expected seed 4321 and an "
+        f"offset above {offset} (the op must advance the device generator)")
     for form in (ctx.device.index, str(ctx.device), ctx.device):
-        assert torch.equal(handle.get_rng_state(form), handle.get_rng_state(ctx.device)), form
+        got, want = handle.get_rng_state(form), handle.get_rng_state(ctx.device)
+        assert torch.equal(got, want), (
+            f"get_rng_state({form!r}) is {_seed_offset(got)}, expected get_rng_state"
+            f"({ctx.device}) = {_seed_offset(want)}")
     handle.set_rng_state(saved, ctx.device)
-    assert _device_seed_offset(ctx) == (4321, 0), "set_rng_state did not restore the state"
+    restored = _device_seed_offset(ctx)
+    assert restored == (4321, 0), (
+        f"after set_rng_state(saved): (seed, offset) {restored}, expected (4321, 0)")
     assert_equal(torch.rand(64, device=ctx.device), first, "draw after restoring the state")
 
 
-@check("rng.manual_seed_sync", also_at=ALSO_AT, requires=TRACKER)
+@check
 def manual_seed_sync(ctx):
     """DTensor's manual_seed(seed, mesh) gives every rank of the mesh that seed (offset 0), and
     on a rank outside a sub-mesh it raises RuntimeError ("requires the current rank to be a
@@ -114,19 +131,21 @@ def manual_seed_sync(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     _random.manual_seed(777, mesh)
     states = all_ranks_object(_device_seed_offset(ctx))
-    assert all(s == (777, 0) for s in states), f"(seed, offset) per rank after manual_seed: {states}"
+    assert all(s == (777, 0) for s in states), (
+        f"(seed, offset) per rank after manual_seed(777, mesh): {states}, expected (777, 0) on each")
     half = ctx.world_size // 2
     sub = DeviceMesh(ctx.device_type, list(range(half)))
     if ctx.rank < half:
         _random.manual_seed(778, sub)
-        assert _device_seed_offset(ctx)[0] == 778
+        got = _device_seed_offset(ctx)
+        assert got[0] == 778, f"after manual_seed(778, sub-mesh): (seed, offset) {got}, expected seed 778"
     else:
         with expect_raises(RuntimeError, "part of the device mesh",
                            what="manual_seed on a sub-mesh, on a non-member rank"):
             _random.manual_seed(778, sub)
 
 
-@check("rng.tracker_type", also_at=ALSO_AT, requires=TRACKER)
+@check
 def tracker_type(ctx):
     """With no tracker yet, the first random DTensor op creates an OffsetBasedRNGTracker on the
     rank's device (PR 103235: the default policy)."""
@@ -135,12 +154,13 @@ def tracker_type(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     _rand(mesh, (8, 4), [Shard(0)], ctx.device)
     tracker = _random._rng_tracker
-    assert isinstance(tracker, _random.OffsetBasedRNGTracker), f"tracker is {type(tracker).__name__}"
+    assert isinstance(tracker, _random.OffsetBasedRNGTracker), (
+        f"tracker is {type(tracker).__name__}, expected OffsetBasedRNGTracker")
     expected = torch.device(ctx.device_type, ctx.rank % _handle(ctx).device_count())
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
 
 
-@check("rng.offset_advance", also_at=ALSO_AT, requires=TRACKER)
+@check
 def offset_advance(ctx):
     """After a random DTensor op every rank's offset moves from o to o + ceil4(numel of the
     whole DTensor), for Shard(0), Shard(1) and Replicate of a (5, 7) tensor (35 -> 36) and a
@@ -160,10 +180,11 @@ def offset_advance(ctx):
 def _assert_pairwise_distinct(pieces, what):
     for i in range(len(pieces)):
         for j in range(i + 1, len(pieces)):
-            assert not torch.equal(pieces[i], pieces[j]), f"{what}: shards {i} and {j} are equal"
+            assert not torch.equal(pieces[i], pieces[j]), (
+                f"{what}: shards {i} and {j} are equal, expected different random values")
 
 
-@check("rng.shard_distinct", also_at=ALSO_AT, requires=TRACKER)
+@check
 def shard_distinct(ctx):
     """A random Shard(0) and a random Shard(1) DTensor hold different values on every shard
     (each shard starts at its own offset) (PR 103235)."""
@@ -174,7 +195,7 @@ def shard_distinct(ctx):
         _assert_pairwise_distinct(pieces, str(placement))
 
 
-@check("rng.replicate_equal", also_at=ALSO_AT, requires=TRACKER)
+@check
 def replicate_equal(ctx):
     """A random Replicate DTensor is the same on every rank (PR 103235)."""
     mesh = ctx.mesh((ctx.world_size,))
@@ -184,7 +205,7 @@ def replicate_equal(ctx):
         assert_equal(piece, pieces[0], f"Replicate random values on rank {r} vs rank 0")
 
 
-@check("rng.mesh_2d", also_at=ALSO_AT, requires=TRACKER)
+@check
 def mesh_2d(ctx):
     """On a (dp, tp) mesh a random [Shard(0), Replicate()] DTensor is equal along the replicate
     (tp) dim and distinct along the shard (dp) dim (PR 103235)."""
@@ -198,7 +219,7 @@ def mesh_2d(ctx):
     _assert_pairwise_distinct(along_dp, "along the shard (dp) dim")
 
 
-@check("rng.determinism", also_at=ALSO_AT, requires=TRACKER)
+@check
 def determinism(ctx):
     """The same seed gives the same random DTensor: two runs after torch.manual_seed(s) (with a
     fresh tracker each time) give bitwise equal local shards; another seed gives other values
@@ -209,10 +230,11 @@ def determinism(ctx):
         _fresh(ctx, mesh, seed)
         runs.append(_rand(mesh, (8, 6), [Shard(0)], ctx.device).to_local().cpu())
     assert_equal(runs[1], runs[0], "second run with the same seed")
-    assert not torch.equal(runs[2], runs[0]), "a different seed gave the same values"
+    assert not torch.equal(runs[2], runs[0]), (
+        "seed 12 gave the values of seed 11, expected different values")
 
 
-@check("rng.offset_exact", also_at=ALSO_AT, requires=TRACKER + ("offset-exact",))
+@check(requires=TRACKER + ("offset-exact",))
 def offset_exact(ctx):
     """For an offset-exact backend a random Shard(0) DTensor equals, bit for bit, the same op on
     one device at the same seed: shard r starts at offset r * local numel (a multiple of 4)
@@ -226,7 +248,7 @@ def offset_exact(ctx):
     assert_equal(full, reference, "Shard(0) random DTensor vs the single-device op")
 
 
-@check("rng.dropout", also_at=ALSO_AT, requires=TRACKER)
+@check
 def dropout(ctx):
     """F.dropout on DTensors in training mode: a Replicate input gets the same mask on every
     rank, a Shard(0) input a different mask on each shard; kept values are scaled by 1/(1-p)
@@ -235,14 +257,16 @@ def dropout(ctx):
     _fresh(ctx, mesh)
     ones = torch.ones(8, 16, device=ctx.device)
     rep = F.dropout(distribute_tensor(ones, mesh, [Replicate()]), p=0.5, training=True).to_local().cpu()
-    assert set(rep.unique().tolist()) <= {0.0, 2.0}, f"dropout values {rep.unique().tolist()}"
+    values = rep.unique().tolist()
+    assert set(values) <= {0.0, 2.0}, (
+        f"dropout(p=0.5) of ones gave values {values}, expected only 0 and 2 (kept / (1 - p))")
     for r, piece in enumerate(all_ranks_object(rep)):
         assert_equal(piece, rep, f"Replicate dropout mask on rank {r}")
     shard = F.dropout(distribute_tensor(ones, mesh, [Shard(0)]), p=0.5, training=True)
     _assert_pairwise_distinct(_gather_locals(shard), "Shard(0) dropout masks")
 
 
-@check("rng.user_generator", also_at=ALSO_AT, requires=TRACKER)
+@check
 def user_generator(ctx):
     """A random DTensor op given generator= (a device Generator) draws from that generator's
     state — a reseeded generator repeats the values and matches the default generator at the
@@ -260,8 +284,13 @@ def user_generator(ctx):
     gen.manual_seed(42)
     first = draw()
     seed, offset = _seed_offset(gen.get_state())
-    assert (seed, offset) == (42, _ceil4(48)), f"user generator (seed, offset) {(seed, offset)}"
-    assert _device_seed_offset(ctx) == default_before, "the default generator moved"
+    assert (seed, offset) == (42, _ceil4(48)), (
+        f"user generator (seed, offset) {(seed, offset)} after an (8, 6) op, expected "
+        f"(42, {_ceil4(48)})")
+    default_after = _device_seed_offset(ctx)
+    assert default_after == default_before, (
+        f"the default generator moved from {default_before} to {default_after}, expected it "
+        "untouched (the op was given generator=)")
     gen.manual_seed(42)
     assert_equal(draw(), first, "reseeded user generator")
     _fresh(ctx, mesh, 42)
@@ -270,7 +299,7 @@ def user_generator(ctx):
     assert_equal(default_draw, first, "default generator at the same seed")
 
 
-@check("rng.fork_rng", also_at=ALSO_AT, requires=TRACKER)
+@check
 def fork_rng(ctx):
     """torch.random.fork_rng(devices=[device], device_type=...) restores the device's RNG state
     on exit: a draw after the block repeats the draw inside it (torch.random.fork_rng, which
@@ -279,11 +308,14 @@ def fork_rng(ctx):
     before = _handle(ctx).get_rng_state(ctx.device).clone()
     with torch.random.fork_rng(devices=[ctx.device], device_type=ctx.device_type):
         inside = torch.rand(32, device=ctx.device)
-    assert torch.equal(_handle(ctx).get_rng_state(ctx.device), before), "fork_rng did not restore the state"
+    after = _handle(ctx).get_rng_state(ctx.device)
+    assert torch.equal(after, before), (
+        f"after fork_rng: (seed, offset) {_seed_offset(after)}, expected {_seed_offset(before)} "
+        "(the state before the block)")
     assert_equal(torch.rand(32, device=ctx.device), inside, "draw after fork_rng")
 
 
-@check("rng.run_state_sync", also_at=ALSO_AT, requires=TRACKER)
+@check
 def run_state_sync(ctx):
     """OffsetBasedRNGTracker(mesh, run_state_sync=True) broadcasts rank 0's device RNG state:
     ranks seeded differently all end with rank 0's (seed, offset) (PR 103235)."""
@@ -293,10 +325,11 @@ def run_state_sync(ctx):
     mesh = ctx.mesh((ctx.world_size,))
     _random._rng_tracker = _random.OffsetBasedRNGTracker(mesh, run_state_sync=True)
     states = all_ranks_object(_device_seed_offset(ctx))
-    assert all(s == rank0 for s in states), f"states after run_state_sync {states}, rank 0 had {rank0}"
+    assert all(s == rank0 for s in states), (
+        f"(seed, offset) per rank after run_state_sync: {states}, expected rank 0's {rank0} on each")
 
 
-@check("rng.init_weights", also_at=ALSO_AT, requires=TRACKER)
+@check
 def init_weights(ctx):
     """nn.init uniform_, normal_, trunc_normal_ and kaiming_uniform_ on DTensor parameters are
     deterministic at a seed, give equal replicas for Replicate and distinct shards for
@@ -327,7 +360,7 @@ def init_weights(ctx):
                 _assert_pairwise_distinct(pieces, f"{name} on Shard(0)")
 
 
-@check("rng.submesh", also_at=ALSO_AT, requires=TRACKER)
+@check
 def submesh(ctx):
     """A random op on a DTensor of a sub-mesh (the first half of the ranks): members advance
     their offset by ceil4(numel) and hold distinct shards; non-members do not run the op and
@@ -343,9 +376,13 @@ def submesh(ctx):
     after = _device_seed_offset(ctx)
     pieces = all_ranks_object(dt.to_local().cpu())
     if ctx.rank < half:
-        assert after == (before[0], before[1] + _ceil4(32)), f"member state {before} -> {after}"
+        assert after == (before[0], before[1] + _ceil4(32)), (
+            f"member (seed, offset) {before} -> {after}, expected "
+            f"{(before[0], before[1] + _ceil4(32))}")
         _assert_pairwise_distinct(pieces[:half], "sub-mesh shards")
     else:
-        assert after == before, f"non-member state changed {before} -> {after}"
-        assert dt.to_local().numel() == 0
+        assert after == before, (
+            f"non-member (seed, offset) {before} -> {after}, expected it unchanged")
+        assert dt.to_local().numel() == 0, (
+            f"non-member local shard has {dt.to_local().numel()} elements, expected 0")
     dist.barrier()

@@ -1,9 +1,12 @@
 """The one place ``accelkit upstream`` depends on the conformance suite's report model: an
-upstream report as a :class:`~accelkit.conformance.runner.RunReport` of
+upstream report as a :class:`~accelkit.conformance.model.RunReport` of
 :class:`~accelkit.conformance.outcomes.CheckResult`, so that ``junit.xml`` comes from the
-suite's own writer (:func:`accelkit.conformance.reports.to_junit`) and the Markdown uses the
-suite's outcome marks. Each upstream file becomes a report area (one JUnit ``testsuite``),
-each test ``<file area>.<Class>::<test>``.
+suite's own writer (:func:`accelkit.conformance.reports.to_junit`, with the versions and the
+backend's settings as suite properties) and the Markdown uses the suite's outcome marks. Each
+upstream file becomes a report area (one JUnit ``testsuite``), each test
+``<file area>.<Class>::<test>`` with no world size of its own (a test makes its own groups).
+``report.json`` and ``report.md`` stay the upstream report's own
+(:mod:`accelkit.conformance.upstream.report`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from accelkit.conformance import reports
+from accelkit.conformance.model import RunReport
+from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome
-from accelkit.conformance.runner import RunOptions, RunReport
 from accelkit.conformance.upstream.report import UpstreamReport
 from accelkit.conformance.upstream.runner import slug
 
@@ -27,13 +31,14 @@ def mark(outcome: str) -> str:
 
 
 def to_run_report(report: UpstreamReport) -> RunReport:
-    run = RunReport(spec=report.spec, options=RunOptions(strict=report.strict),
-                    torch=report.torch, started=report.started, duration_s=report.duration_s)
+    run = RunReport.start(report.spec, Options(backend=report.spec.name, strict=report.strict),
+                          started=report.started, duration_s=report.duration_s,
+                          host=report.host)
     for t in report.tests:
         rest = t.nodeid.split("::", 1)[1] if "::" in t.nodeid else t.name
         reason = t.reason + (f"\n\n{t.details}" if t.details else "")
         run.results.append(CheckResult(
-            id=f"{slug(t.file)}.{rest}", world_size=0, outcome=_OUTCOME[t.outcome],
+            id=f"{slug(t.file)}.{rest}", world_size=None, outcome=_OUTCOME[t.outcome],
             reason=reason, duration_s=t.duration_s, expectation=t.expectation))
     return run
 

@@ -100,7 +100,7 @@ def _explain(spec, chosen_names: set[str], torch_version: str) -> str:
 
 
 def _resolve(args):
-    from accelkit.conformance.runner import torch_version
+    from accelkit.conformance.session import torch_version
     from accelkit.core import registry
 
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 #: sub-command -> (module, one-line help)
@@ -14,6 +15,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "backends": ("accelkit.commands.backends", "list known backends and whether they can run here"),
     "doctor": ("accelkit.commands.doctor", "check a backend's device handle (exit 1 on errors)"),
     "conformance": ("accelkit.conformance.cli", "run the conformance suite on a backend"),
+    "compare": ("accelkit.conformance.compare",
+                "compare conformance reports: newly failing, newly passing, time changes"),
     "new": ("accelkit.commands.new", "create a vendor backend package from the cuda-like template"),
     "upstream": ("accelkit.conformance.upstream.cli",
                  "run PyTorch's own distributed tests on a backend (harness adapted)"),
@@ -43,4 +46,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    return int(module.run(args) or 0)
+    try:
+        return int(module.run(args) or 0)
+    except BrokenPipeError:  # `accelkit ... | head`: the reader went away
+        return _stdout_closed()
+
+
+#: The exit status of a command whose output reader went away (128 + SIGPIPE, as a shell
+#: reports a tool SIGPIPE ended).
+EXIT_PIPE_CLOSED = 141
+
+
+def _stdout_closed() -> int:
+    """Point stdout at /dev/null so the interpreter's last flush does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_PIPE_CLOSED

@@ -1,7 +1,10 @@
-"""``accelkit doctor BACKEND``: set the backend up in this process, run the device-handle
-checker on its device and, for a PrivateUse1 device, list whose kernel each op has (accelkit's
-C++ layer or the vendor's); exit 1 when the report has errors, 2 when the backend cannot be
-found, is unavailable on this host (e.g. cuda without a GPU) or cannot be set up."""
+"""``accelkit doctor BACKEND``: set the backend up in this process and run the device-handle
+checker on its device, then, for a backend that declares an RNG class other than
+``unsupported``, a plain random op on the device (it must advance the generator's offset:
+:func:`accelkit.core.checker.check_random_op`), and, for a PrivateUse1 device, list whose kernel
+each op has (accelkit's C++ layer or the vendor's); exit 1 when the report has errors, 2 when the
+backend cannot be found, is unavailable on this host (e.g. cuda without a GPU) or cannot be set
+up."""
 
 from __future__ import annotations
 
@@ -32,11 +35,16 @@ def run(args: argparse.Namespace) -> int:
         print(f"accelkit doctor: cannot set up backend {spec.name!r}: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    from accelkit.core.checker import check_device_handle
+    from accelkit.core.checker import check_device_handle, check_random_op
 
     print(f"backend {spec.name!r}: device {spec.device_type!r}, collectives "
           f"{spec.process_group_backend!r}")
     report = check_device_handle(spec.device_type)
+    state_sound = not any(f.member in ("get_rng_state", "set_rng_state") for f in report.errors)
+    if spec.device_type != "cpu" and spec.capabilities.rng != "unsupported" and state_sound:
+        report.probes += 1
+        report.findings += check_random_op(spec.device_type,
+                                           offset_exact=spec.capabilities.rng == "offset-exact")
     print(report.render())
     if spec.device_type == torch_privateuse1_name():
         print(render_kernels())

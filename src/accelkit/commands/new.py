@@ -1,5 +1,5 @@
 """``accelkit new NAME [--dir DIR] [--collective-backend CNAME]``: create the vendor backend
-package ``torch_NAME`` from the cuda-like template (issue #7).
+package ``torch_NAME`` from the cuda-like template.
 
 The package builds ahead of time against the installed torch and accelkit's C++ layer, loads
 at ``import torch``, and passes the conformance suite like accelkit's mock on day one; its

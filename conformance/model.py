@@ -1,0 +1,110 @@
+"""The record of a conformance run: :class:`RunReport`, what every report file, the terminal
+summary and ``accelkit compare`` are made from. The engines fill it; the writers
+(:mod:`~accelkit.conformance.reports`) only read it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import traceback
+from dataclasses import dataclass, field
+from importlib import metadata
+
+from accelkit.conformance.options import Options
+from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome
+from accelkit.conformance.plan import LeftOut
+from accelkit.core.spec import BackendSpec
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def versions(spec: BackendSpec) -> dict:
+    """accelkit's, torch's and Python's versions, and the distribution that provides the
+    backend (name and version), read from the installed metadata (nothing imported)."""
+    from accelkit.core import registry
+
+    dist = registry.distribution(spec.name)
+    return {"accelkit": _version("accelkit"), "torch": _version("torch"),
+            "python": platform.python_version(),
+            "backend_distribution": {"name": dist, "version": _version(dist)} if dist else None}
+
+
+def backend_settings(spec: BackendSpec) -> dict:
+    """``spec.settings()``: the backend's settings and modes that shape a run (e.g. the mock's
+    ``ACCELKIT_MOCK_*`` switches); a failure is recorded, never raised."""
+    if spec.settings is None:
+        return {}
+    try:
+        return {str(k): str(v) for k, v in dict(spec.settings()).items()}
+    except Exception as exc:
+        return {"<settings() failed>": f"{type(exc).__name__}: {exc}"}
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The whole exception: type, message and traceback, with every ``__cause__`` and
+    ``__context__`` (e.g. the error behind torch's "Failed to load the backend extension")."""
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunReport:
+    """A finished (or interrupted, or failed-to-start) run."""
+
+    spec: BackendSpec
+    options: Options
+    results: list[CheckResult] = field(default_factory=list)
+    device: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    started: str = field(default_factory=now)
+    duration_s: float = 0.0
+    pool_starts: list[dict] = field(default_factory=list)
+    unavailable: str | None = None
+    aborted: str | None = None  # why the run stopped early (Ctrl-C, torchrun TIMEOUT/CRASH)
+    error: str | None = None    # why no check could run at all (the checks did not import)
+    left_out: list[LeftOut] = field(default_factory=list)  # not written for --world-size
+    mode: str = "pool"          # "pool" (accelkit conformance), "pytest" or "torchrun"
+    host: str = field(default_factory=platform.node)
+
+    @classmethod
+    def start(cls, spec: BackendSpec, options: Options, **fields) -> RunReport:
+        """A report for a run starting now, with the versions and the backend's settings."""
+        return cls(spec=spec, options=options, versions=versions(spec),
+                   settings=backend_settings(spec), **fields)
+
+    @property
+    def world_sizes(self) -> list[int]:
+        return sorted({r.world_size for r in self.results})
+
+    def counts(self, results: list[CheckResult] | None = None) -> dict[str, int]:
+        chosen = self.results if results is None else results
+        counts = {o.value: 0 for o in Outcome}
+        for r in chosen:
+            counts[r.outcome.value] += 1
+        counts["total"] = len(chosen)
+        return counts
+
+    def by_area(self) -> dict[str, list[CheckResult]]:
+        areas: dict[str, list[CheckResult]] = {}
+        for r in self.results:
+            areas.setdefault(r.area, []).append(r)
+        return areas
+
+    def failed(self) -> list[CheckResult]:
+        """The results that make the run fail (and the exit code non-zero)."""
+        bad = set(FAILING) | ({Outcome.XPASS} if self.options.strict else set())
+        return [r for r in self.results if r.outcome in bad]
+
+    def ok(self) -> bool:
+        """Whether the run passes (exit code 0)."""
+        return not self.failed() and self.aborted is None and self.error is None

@@ -1,0 +1,80 @@
+"""`accelkit compare` on two real reports (two runs of tests/fixtures/compare_checks.py on the
+cpu backend, one of them with ACCELKIT_TEST_SECOND_RUN=1), in its three formats, and its exit
+status for CI gating."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import engine_env  # noqa: E402
+
+CHECKS = str(Path(engine_env.FIXTURES) / "compare_checks.py")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare")
+    paths = []
+    for name, second in (("first", "0"), ("second", "1")):
+        env, _ = engine_env.new_env(ACCELKIT_TEST_SECOND_RUN=second)
+        proc = engine_env.accelkit("conformance", "--backend", "cpu", "--checks-module", CHECKS,
+                                   "--no-builtin-checks", "--report-dir", str(out / name),
+                                   env=env, timeout=300)
+        assert proc.returncode == 1, proc.stdout + proc.stderr  # each run has a failure
+        paths.append(str(out / name / "report.json"))
+    return paths
+
+
+def _compare(*args):
+    env, _ = engine_env.new_env()
+    return engine_env.accelkit("compare", *args, env=env, timeout=120)
+
+
+def test_json_names_regressions_fixes_changes_and_time(reports):
+    proc = _compare(*reports, "--format", "json")
+    assert proc.returncode == 1, proc.stderr  # a regression fails CI
+    data = json.loads(proc.stdout)
+    assert data["regressed"] is True
+    (c,) = data["comparisons"]
+    assert [(ch["key"], ch["before"], ch["after"]) for ch in c["newly_failing"]] == [
+        ("cmp.regresses@2", "pass", "fail")]
+    assert c["newly_failing"][0]["reason"] == ("rank 0: AssertionError: broken in the second "
+                                               "run")
+    assert [(ch["key"], ch["before"], ch["after"]) for ch in c["newly_passing"]] == [
+        ("cmp.fixed@2", "fail", "pass")]
+    assert [(ch["key"], ch["before"], ch["after"]) for ch in c["changed"]] == [
+        ("cmp.skipped_later@2", "pass", "skip")]
+    assert c["time_changes"][0]["key"] == "cmp.slower@2"
+    assert c["time_changes"][0]["delta_s"] > 0.3
+
+
+def test_text_and_markdown(reports, tmp_path):
+    text = _compare(*reports)
+    assert text.returncode == 1
+    assert "newly failing: 1\n  cmp.regresses@2: PASS -> FAIL" in text.stdout
+    assert "newly passing: 1\n  cmp.fixed@2: FAIL -> PASS" in text.stdout
+    assert "cmp.skipped_later@2: PASS -> SKIP" in text.stdout
+    assert "REGRESSED: a check newly fails" in text.stdout
+    md = _compare(*reports, "--format", "markdown", "--output", str(tmp_path / "cmp.md"))
+    assert md.returncode == 1 and md.stdout == ""
+    written = (tmp_path / "cmp.md").read_text()
+    assert "**❌ regressed**" in written
+    assert "| `cmp.regresses@2` | PASS | FAIL | newly failing |" in written
+
+
+def test_no_regression_exits_0_and_bad_input_2(reports, tmp_path):
+    reverse = _compare(reports[1], reports[0], "--format", "json")
+    data = json.loads(reverse.stdout)  # the second run as the baseline: cmp.fixed regressed
+    assert [ch["key"] for ch in data["comparisons"][0]["newly_failing"]] == ["cmp.fixed@2"]
+    same = _compare(reports[0], reports[0])
+    assert same.returncode == 0 and "no regression" in same.stdout
+    (tmp_path / "x.json").write_text("{}")
+    bad = _compare(reports[0], str(tmp_path / "x.json"))
+    assert bad.returncode == 2
+    assert "is not an accelkit conformance report of schema accelkit.conformance/2" in bad.stderr
+    assert _compare(reports[0]).returncode == 2
