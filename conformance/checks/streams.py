@@ -1,0 +1,170 @@
+"""Streams, events and the caching allocator, as an asynchronous accelerator runs them and as
+FSDP2 (torch/distributed/fsdp/_fully_shard) and DCP call them: collectives ordered with the
+work around them through Work.wait() (NCCL's semantics, PR 102336's dispatchable groups), side
+streams joined with events, Tensor.record_stream keeping memory from reuse, and the memory
+statistics torch's tooling reads.
+
+The ordering checks build hazards an asynchronous device exposes: a queue of kernels whose
+intermediate values differ from their result, on tensors large enough to take a while, so work
+that ran out of order reads a wrong value. A synchronous device (every call done when it
+returns; the mock's default, gloo's CPU) passes them trivially: they prove something only on an
+asynchronous device (the mock with ACCELKIT_MOCK_ASYNC=1, CUDA, ...).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.checks._util import ALSO_AT, assert_equal
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, requires=("accelerator",))
+
+#: Elements of the tensors whose kernels take long enough to overlap (16 MiB of float32).
+BIG = 1 << 22
+#: Kernels queued to produce a value (each adds one).
+CHAIN = 8
+
+
+def _handle(ctx):
+    return getattr(torch, ctx.device_type)
+
+
+def _slowly(x: torch.Tensor, ones: torch.Tensor) -> torch.Tensor:
+    """x + CHAIN, as CHAIN queued tensor-tensor kernels (each result a fresh tensor)."""
+    for _ in range(CHAIN):
+        x = x + ones
+    return x
+
+
+def _ends(t: torch.Tensor) -> torch.Tensor:
+    """The first and last 1024 elements, on the host (what a check compares)."""
+    return torch.cat([t[:1024], t[-1024:]]).cpu()
+
+
+@check
+def device_handle_streams(ctx):
+    """The device module's stream and event members as FSDP2 and DCP call them: Stream(priority)
+    on the current device, current_stream() inside and outside `with stream(s):`,
+    Stream.wait_stream / wait_event, Event(enable_timing) record / query / synchronize /
+    elapsed_time, synchronize() (torch.cuda's API, StreamDeviceHandle)."""
+    handle = _handle(ctx)
+    high = handle.Stream(priority=-1)
+    assert isinstance(high, torch.Stream), f"Stream() gave {type(high).__name__}, expected torch.Stream"
+    assert high.device == ctx.device, f"Stream() is on {high.device}, expected {ctx.device}"
+    default = handle.current_stream()
+    assert high != default, "a new stream equals the current stream"
+    with handle.stream(high):
+        assert handle.current_stream() == high, "current_stream() inside `with stream(s)` is not s"
+    assert handle.current_stream() == default, "`with stream(s)` did not restore the stream"
+    start, end = handle.Event(enable_timing=True), handle.Event(enable_timing=True)
+    start.record()
+    ones = torch.ones(BIG, device=ctx.device)
+    _slowly(ones, ones)
+    end.record()
+    high.wait_event(end)
+    high.wait_stream(default)
+    end.synchronize()
+    assert start.query() and end.query(), "events not complete after Event.synchronize()"
+    elapsed = start.elapsed_time(end)
+    assert elapsed >= 0.0, f"elapsed_time {elapsed} ms, expected >= 0"
+    handle.synchronize()
+    assert high.query() and default.query(), "streams busy after synchronize()"
+
+
+@check
+def collective_ordering(ctx):
+    """A collective starts after the work queued before it on the current stream, and
+    Work.wait() makes the current stream (not necessarily the host) wait for its result: a
+    queued chain produces the input, the all_reduce runs, a kernel after wait() consumes it
+    (NCCL's semantics; torch.distributed Work.wait). Trivial on a synchronous device."""
+    ones = torch.ones(BIG, device=ctx.device)
+    x = _slowly(torch.full((BIG,), float(ctx.rank), device=ctx.device), ones)
+    work = dist.all_reduce(x, async_op=True)
+    work.wait()
+    y = x + ones
+    total = float(sum(range(ctx.world_size)) + ctx.world_size * CHAIN)
+    assert_equal(_ends(y), torch.full((2048,), total + 1), "a kernel after all_reduce + wait()")
+    out = torch.empty(ctx.world_size * BIG // 4, device=ctx.device)
+    z = _slowly(torch.full((BIG // 4,), float(ctx.rank), device=ctx.device), ones[: BIG // 4])
+    dist.all_gather_into_tensor(out, z)  # a synchronous call: wait() inside
+    gathered = out.view(ctx.world_size, -1)[:, :8].cpu()
+    expected = (torch.arange(ctx.world_size, dtype=torch.float32) + CHAIN)[:, None].expand(-1, 8)
+    assert_equal(gathered, expected, "all_gather of queued inputs")
+
+
+@check
+def side_stream_events(ctx):
+    """Work on a side stream joined with events: the side stream waits for the producer
+    (wait_stream), the current stream waits for the side stream's result (Event.record on the
+    side stream, current_stream().wait_event) before using it (FSDP2's all-gather stream
+    pattern). Trivial on a synchronous device."""
+    handle = _handle(ctx)
+    ones = torch.ones(BIG, device=ctx.device)
+    a = _slowly(torch.zeros(BIG, device=ctx.device), ones)  # CHAIN, on the current stream
+    side = handle.Stream()
+    side.wait_stream(handle.current_stream())
+    with handle.stream(side):
+        b = _slowly(a, ones)  # 2 * CHAIN, on the side stream
+        done = handle.Event()
+        done.record()
+    handle.current_stream().wait_event(done)
+    c = b + ones
+    assert_equal(_ends(c), torch.full((2048,), float(2 * CHAIN + 1)),
+                 "the current stream after waiting for the side stream's event")
+    b.record_stream(handle.current_stream())
+
+
+@check
+def record_stream(ctx):
+    """Tensor.record_stream: a tensor freed on the current stream while a side stream still
+    reads it is not handed out again before the side stream is past that point (the caching
+    allocator's stream semantics FSDP2 relies on). The new tensor's write would otherwise land
+    before the side stream's reads. Trivial on a synchronous device."""
+    handle = _handle(ctx)
+    t = torch.full((BIG,), 3.0, device=ctx.device)
+    side = handle.Stream()
+    side.wait_stream(handle.current_stream())
+    with handle.stream(side):
+        r = t
+        for _ in range(CHAIN):
+            r = r + t  # reads t, CHAIN times, on the side stream
+    t.record_stream(side)
+    del t
+    overwrite = torch.full((BIG,), 7.0, device=ctx.device)  # may not take t's memory yet
+    handle.current_stream().wait_stream(side)
+    assert_equal(_ends(r), torch.full((2048,), 3.0 * (CHAIN + 1)),
+                 "side stream's reads of a tensor freed after record_stream")
+    del overwrite
+
+
+@check
+def memory_statistics(ctx):
+    """The allocator's statistics as torch.cuda's: memory_reserved() >= memory_allocated()
+    after frees (freed blocks may stay cached), max_memory_allocated() >= memory_allocated(),
+    reset_peak_memory_stats() brings the peak to the current value, empty_cache() keeps
+    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads."""
+    handle = _handle(ctx)
+    handle.synchronize()
+    keep = torch.empty(BIG, device=ctx.device)
+    held = handle.memory_allocated()
+    assert held >= keep.numel() * 4, f"memory_allocated() {held} with {keep.numel() * 4} bytes held"
+    temp = [torch.empty(BIG // 8, device=ctx.device) for _ in range(4)]
+    del temp
+    handle.synchronize()
+    allocated, reserved = handle.memory_allocated(), handle.memory_reserved()
+    assert reserved >= allocated, f"memory_reserved() {reserved} < memory_allocated() {allocated}"
+    assert handle.max_memory_allocated() >= allocated + BIG // 2, (
+        f"max_memory_allocated() {handle.max_memory_allocated()}, expected at least "
+        f"{allocated + BIG // 2} (the freed temporaries were allocated)")
+    handle.reset_peak_memory_stats()
+    assert handle.max_memory_allocated() == handle.memory_allocated(), "peak not reset"
+    handle.empty_cache()
+    assert handle.memory_reserved() >= handle.memory_allocated(), "reserved < allocated"
+    stats = handle.memory_stats()
+    wanted = {"allocated_bytes.all.current", "allocated_bytes.all.peak",
+              "reserved_bytes.all.current", "reserved_bytes.all.peak",
+              "active_bytes.all.current", "num_alloc_retries", "num_ooms"}
+    missing = sorted(wanted - set(stats))
+    assert not missing, f"memory_stats() lacks {missing}"
+    del keep
