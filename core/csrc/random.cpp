@@ -5,8 +5,8 @@
 // Each op reserves ceil4(numel) of the generator's offset.
 //
 // Numbers are generated on the host: straight into the tensor when it is contiguous host
-// memory of a synchronous device, else into a contiguous CPU buffer copied in (queued on the
-// current stream of an asynchronous device). A vendor with device-side Philox replaces fill()
+// memory (on an asynchronous device, by a kernel launched on the current stream), else into a
+// contiguous CPU buffer copied in. A vendor with device-side Philox replaces fill()
 // with a kernel launch taking (seed, offset).
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
@@ -48,9 +48,15 @@ at::Tensor& fill(at::Tensor& self, const std::optional<at::Generator>& gen, cons
     offset = g->reserve(static_cast<uint64_t>(self.numel()));
   }
   if (self.numel() == 0) return self;
-  if (runtime().host_accessible() && !runtime().async() && self.is_contiguous()) {
+  if (runtime().host_accessible() && self.is_contiguous()) {
     at::Tensor host = host_view(self);
-    f(host, seed, offset);
+    if (!runtime().async()) {
+      f(host, seed, offset);
+    } else {  // the kernel, on the current stream (it holds the memory's view, and f by value)
+      const int device = self.device().index();
+      runtime().launch(device, current_stream(device), "random",
+                       [host, seed, offset, f]() mutable { f(host, seed, offset); });
+    }
   } else {
     at::Tensor host = at::empty(self.sizes(), self.options().device(c10::DeviceType::CPU));
     f(host, seed, offset);
@@ -95,7 +101,7 @@ at::Tensor& uniform_(at::Tensor& self, double from, double to,
   TORCH_CHECK(std::isfinite(to - from), "uniform_ expects to-from <= std::numeric_limits<",
               self.scalar_type(), ">::max(), but found to=", to, " and from=", from,
               " which result in to-from to exceed the limit");
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     if (out.scalar_type() == at::kDouble) {
       fill_uniform(out, seed, offset, [=](double u) { return from + (to - from) * u; });
     } else {
@@ -115,7 +121,7 @@ at::Tensor& normal_(at::Tensor& self, double mean, double std,
     return self;
   }
   check_floating(self, "normal_");
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, out.scalar_type(), "normal_", [&] {
       scalar_t* p = out.data_ptr<scalar_t>();
       if constexpr (std::is_same_v<scalar_t, double>) {
@@ -141,7 +147,7 @@ at::Tensor& exponential_(at::Tensor& self, double lambd,
                                 std::optional<at::Generator> gen) {
   check_floating(self, "exponential_");
   TORCH_CHECK(lambd > 0.0, "exponential_ expects lambda > 0.0, but found lambda=", lambd);
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     fill_uniform(out, seed, offset, [=](auto u) {
       using T = decltype(u);
       return static_cast<T>(-std::log1p(-u) / static_cast<T>(lambd));
@@ -161,7 +167,7 @@ at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
                            std::optional<at::Generator> gen) {
   check_floating(self, "cauchy_");
   TORCH_CHECK(sigma > 0.0, "cauchy_ expects sigma > 0.0, but found sigma=", sigma);
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     fill_uniform(out, seed, offset, [=](auto u) {
       using T = decltype(u);
       return static_cast<T>(median + sigma * std::tan(M_PI * (static_cast<double>(u) - 0.5)));
@@ -172,7 +178,7 @@ at::Tensor& cauchy_(at::Tensor& self, double median, double sigma,
 at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 < p && p < 1, "geometric_ expects p to be in (0, 1), but got p=", p);
   at::Tensor u = at::empty(self.sizes(), self.options().dtype(at::kDouble));
-  fill(u, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  fill(u, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     fill_uniform(out, seed, offset, [=](double v) {
       return std::ceil(std::log1p(-v) / std::log1p(-p));
     });
@@ -184,7 +190,7 @@ at::Tensor& geometric_(at::Tensor& self, double p, std::optional<at::Generator> 
 // Elementwise u < p, written as 0/1 of any dtype; p a scalar or a tensor (broadcast to self).
 at::Tensor& bernoulli_scalar(at::Tensor& self, double p, std::optional<at::Generator> gen) {
   TORCH_CHECK(0 <= p && p <= 1, "bernoulli_ expects p to be in [0, 1], but got p=", p);
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     const float pf = static_cast<float>(p);
     AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, out.scalar_type(),
                                "bernoulli_", [&] {
@@ -205,7 +211,7 @@ at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p,
               self.device(), " and ", p.device(), "!");
   const at::Tensor probs =
       p.to(c10::DeviceType::CPU, at::kFloat).expand(self.sizes()).contiguous();
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     const float* pp = probs.data_ptr<float>();
     AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, out.scalar_type(),
                                "bernoulli_", [&] {
@@ -221,7 +227,7 @@ at::Tensor& bernoulli_tensor(at::Tensor& self, const at::Tensor& p,
 // means the full 2^64 range.
 at::Tensor& random_range(at::Tensor& self, int64_t from, uint64_t range,
                                 std::optional<at::Generator> gen) {
-  return fill(self, gen, [&](at::Tensor& out, uint64_t seed, uint64_t offset) {
+  return fill(self, gen, [=](at::Tensor& out, uint64_t seed, uint64_t offset) {
     AT_DISPATCH_ALL_TYPES_AND3(at::kHalf, at::kBFloat16, at::kBool, out.scalar_type(),
                                "random_", [&] {
       scalar_t* o = out.data_ptr<scalar_t>();

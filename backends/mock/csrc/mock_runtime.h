@@ -77,7 +77,8 @@ inline bool parse_bytes(const std::string& text, size_t& out) {
   return true;
 }
 
-// One stream's queue of work and the thread that runs it, in order.
+// One stream's queue of work and the thread that runs it, in order. Threads are woken only
+// when someone sleeps: a launch costs a lock and a push while the worker is busy.
 class StreamQueue {
  public:
   StreamQueue() {
@@ -85,11 +86,13 @@ class StreamQueue {
   }
 
   void push(std::function<void()> task) {
+    bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       tasks_.push_back(std::move(task));
+      wake = worker_sleeping_;
     }
-    cv_.notify_all();
+    if (wake) work_cv_.notify_one();
   }
 
   // Until everything pushed before the call has run. A waiting thread that holds Python's GIL
@@ -97,11 +100,17 @@ class StreamQueue {
   // Python object it frees), as a driver's blocking calls must not hold a host lock its
   // callbacks take.
   void drain() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (tasks_.empty() && !busy_) return;
+    }
     PyThreadState* released =
         Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+      ++drainers_;
+      idle_cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+      --drainers_;
     }
     if (released != nullptr) PyEval_RestoreThread(released);
   }
@@ -113,28 +122,41 @@ class StreamQueue {
 
  private:
   void loop() {
+    std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        cv_.wait(lock, [this] { return !tasks_.empty(); });
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-        busy_ = true;
-      }
-      task();  // never throws: the runtime wraps every task
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
+      if (tasks_.empty()) {
         busy_ = false;
+        if (drainers_ > 0) idle_cv_.notify_all();
+        // A burst of small launches keeps coming: give the core away a few times before
+        // sleeping, so each launch does not pay for waking this thread.
+        for (int i = 0; i < kYields && tasks_.empty(); ++i) {
+          lock.unlock();
+          std::this_thread::yield();
+          lock.lock();
+        }
+        if (!tasks_.empty()) continue;
+        worker_sleeping_ = true;
+        work_cv_.wait(lock, [this] { return !tasks_.empty(); });
+        worker_sleeping_ = false;
       }
-      cv_.notify_all();
+      busy_ = true;
+      std::function<void()> task = std::move(tasks_.front());
+      tasks_.pop_front();
+      lock.unlock();
+      task();  // never throws: the runtime wraps every task
+      task = nullptr;  // its captures go before the stream counts as idle
+      lock.lock();
     }
   }
 
+  static constexpr int kYields = 64;
   std::mutex mutex_;
-  std::condition_variable cv_;
+  std::condition_variable work_cv_;  // the worker sleeps on it
+  std::condition_variable idle_cv_;  // drain() sleeps on it
   std::deque<std::function<void()>> tasks_;
   bool busy_ = false;
+  bool worker_sleeping_ = false;
+  int drainers_ = 0;
 };
 
 class MockRuntime final : public accelkit::Runtime {
