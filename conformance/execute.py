@@ -2,7 +2,9 @@
 
 Shared by the engine's pool workers and the torchrun mode. Before each check the rank is put
 back into a known state: the default process group stays; groups the previous check created
-are destroyed (tracked through ``torch.distributed.distributed_c10d._world.pg_map``); c10d's
+are destroyed (tracked through ``torch.distributed.distributed_c10d._world.pg_map``) and, if
+there were any, DTensor's sharding-propagation caches are cleared (``_clear_sharding_caches``);
+c10d's
 group counter is set to the value every rank agrees on (so the next ``new_group`` gets the same
 name everywhere, even after a check that failed on one rank only); no ambient ``with mesh:``
 is left on ``device_mesh._mesh_resources.mesh_stack`` (PR 134247); DTensor's RNG tracker is
@@ -79,6 +81,34 @@ def peak_memory(handle) -> tuple[float | None, float | None]:
     return host, device
 
 
+def _clear_sharding_caches(device_type: str) -> None:
+    """Clear DTensor's sharding-propagation caches. DeviceMesh equality ignores process groups,
+    so a cached sharding would hand a later check's equal mesh the destroyed groups of an
+    earlier one ("Could not resolve the process group"). The caches are per thread: they are
+    cleared here and, through a one-node backward, on the autograd engine's thread of this
+    rank's device, where backward ops on device tensors run."""
+    import torch
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    handle = device_handle(device_type)
+    if handle is None:
+        return
+
+    class ClearInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            _clear_sharding_prop_cache()
+            return grad
+
+    x = torch.zeros((), device=torch.device(device_type, handle.current_device()), requires_grad=True)
+    ClearInBackward.apply(x).backward()
+
+
 def reset_state(device_type: str, group_count: int, seed: int = SEED) -> None:
     """Bring this rank back to the state every check starts from (see the module docstring)."""
     import torch
@@ -87,9 +117,11 @@ def reset_state(device_type: str, group_count: int, seed: int = SEED) -> None:
 
     c10d = _c10d()
     default = c10d._get_default_group()
-    for pg in list(c10d._world.pg_map):
-        if pg is not default:
-            c10d.destroy_process_group(pg)
+    stale = [pg for pg in c10d._world.pg_map if pg is not default]
+    for pg in stale:
+        c10d.destroy_process_group(pg)
+    if stale:
+        _clear_sharding_caches(device_type)
     c10d._world.group_count = max(c10d._world.group_count, group_count)
     device_mesh._mesh_resources.mesh_stack.clear()
     _random._rng_tracker = None

@@ -11,7 +11,11 @@ Steps (see the torch 2.13 facts note and PR 102468):
 4. ``torch.distributed.Backend.register_backend(collective_backend, creator,
    extended_api=..., devices=[name])`` (a list: a plain string would be split into letters),
    which also makes ``collective_backend`` the default backend for ``name`` devices;
-5. :func:`accelkit.core.check_device_handle` without touching the device (so registering
+5. ``aten::_fused_sdp_choice`` for PrivateUse1 answers MATH unless the extension registered
+   its own kernel: ``F.scaled_dot_product_attention`` decomposes on a device whose extension
+   has no fused attention, while a boxed fallback would run the CPU kernel and answer what the
+   CPU would do (flash);
+6. :func:`accelkit.core.check_device_handle` without touching the device (so registering
    does not make ``is_initialized()`` True, which would stop DeviceMesh selecting each rank's
    device); errors raise when ``strict`` is True and only warn otherwise.
 
@@ -109,9 +113,26 @@ def register_accelerator(name: str, device_module: ModuleType | Any, *,
 
             dist.Backend.register_backend(collective_backend, creator, extended_api=extended_api,
                                           devices=[name])
+        _register_sdp_choice(torch)
         report = check_device_handle(name, touch_device=False)
         _done[name] = _Registration(device_module, collective_backend, creator, extended_api, report)
         return _enforce(name, report, strict)
+
+
+#: The torch.library registration of step 5, kept alive for the process.
+_sdp_choice_library: Any = None
+
+
+def _register_sdp_choice(torch: Any) -> None:
+    """Step 5 (see the module docstring); a kernel the extension registered stays."""
+    global _sdp_choice_library
+    if torch._C._dispatch_has_kernel_for_dispatch_key("aten::_fused_sdp_choice", "PrivateUse1"):
+        return
+    from torch.nn.attention import SDPBackend
+
+    math = int(SDPBackend.MATH.value)
+    _sdp_choice_library = torch.library.Library("aten", "IMPL")
+    _sdp_choice_library.impl("_fused_sdp_choice", lambda *args, **kwargs: math, "PrivateUse1")
 
 
 def _validate_arguments(name: str, device_module: Any, collective_backend: str | None,

@@ -11,7 +11,6 @@ registered another PrivateUse1 device gets an error naming it.
 
 from __future__ import annotations
 
-import torch
 from accelkit.backends.mock_spec import EXTENSIONS
 from accelkit.core import load_extension, register_accelerator
 from accelkit.core.device_module import build_device_module
@@ -32,16 +31,3 @@ from accelkit.backends.mock import mockccl  # noqa: E402  (after the device: moc
 
 register_accelerator(DEVICE_NAME, device_module, collective_backend=COLLECTIVE_BACKEND,
                      creator=mockccl.create_backend, extended_api=True)
-
-
-def _math_sdp_choice(*args, **kwargs) -> int:
-    """``torch._fused_sdp_choice`` on mock tensors: the mock has no fused attention kernel, so
-    ``F.scaled_dot_product_attention`` decomposes (the math path) on it. Without this kernel
-    the boxed fallback would run the CPU kernel and answer what the CPU would do (flash)."""
-    from torch.nn.attention import SDPBackend
-
-    return int(SDPBackend.MATH.value)
-
-
-_ATTENTION = torch.library.Library("aten", "IMPL")
-_ATTENTION.impl("_fused_sdp_choice", _math_sdp_choice, "PrivateUse1")

@@ -8,7 +8,7 @@ compares it with the same model trained on one device (this rank's own device, n
 from the same initial weights on the whole batch. What FSDP2 gathers and computes is bitwise the
 single-device math; the gradient reduction across ranks sums in another order, so losses,
 gradients and parameters are compared within ``TOL`` (rtol 1e-4, atol 1e-5; the measured
-difference after 3 steps is ~1e-7); continuing from a checkpoint, where nothing differs, is
+difference after 2 steps is ~1e-7); continuing from a checkpoint, where nothing differs, is
 compared bitwise. Results are read back with ``.cpu()``/``full_tensor()``, never through host
 pointers, so the checks hold on an asynchronous device too.
 """
@@ -16,6 +16,7 @@ pointers, so the checks hold on an asynchronous device too.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 
@@ -39,7 +40,7 @@ from torch.distributed.tensor.parallel import parallelize_module
 from torch.distributed.tensor.placement_types import _StridedShard
 
 #: Sequence length, sequences per data-parallel rank, AdamW steps.
-SEQ, PER_RANK, STEPS = 8, 2, 3
+SEQ, PER_RANK, STEPS = 8, 2, 2
 #: Tolerance of a data-parallel result against one device (reduction order only).
 TOL = {"rtol": 1e-4, "atol": 1e-5}
 CFG = Config()
@@ -155,7 +156,7 @@ def _assert_device_backend(ctx, mesh, what: str) -> None:
 def fsdp2_parity(ctx):
     """fully_shard per block and on the root: the sharded parameters are Shard(0) DTensors on
     the device mesh whose groups run the device's collective library, their full tensors are
-    bitwise the initial weights, and 3 AdamW steps give the single-device losses, first-step
+    bitwise the initial weights, and 2 AdamW steps give the single-device losses, first-step
     gradients and parameters, with reshard_after_forward True, False and an int (half the mesh;
     at 2 ranks that is 1, which torch treats as False) (torch.distributed.fsdp.fully_shard)."""
     ws = ctx.world_size
@@ -213,9 +214,10 @@ def _ddp_run(ctx, batches, hook=None) -> Run:
 def ddp_parity(ctx):
     """DistributedDataParallel on the device (several gradient buckets, find_unused_parameters
     with a parameter the forward never uses, no_sync() accumulation over two micro-batches)
-    gives the single-device losses, first-step gradients and parameters after 3 AdamW steps;
+    gives the single-device losses, first-step gradients and parameters after 2 AdamW steps;
     with the fp16_compress_hook comm hook the first step's gradients are the single-device
-    ones within fp16 rounding (rtol 2e-3, atol 1e-5). bf16_compress_hook is refused by torch on
+    ones within fp16 rounding (the ranks' gradients are summed in fp16: rtol 2e-3, atol 4e-3 x
+    the tensor's largest gradient). bf16_compress_hook is refused by torch on
     every device but CUDA/NCCL and XPU/XCCL (DistributedDataParallel._check_comm_hook), so the
     fp16 hook stands for compression hooks (torch.nn.parallel.DistributedDataParallel,
     torch.distributed.algorithms.ddp_comm_hooks.default_hooks.fp16_compress_hook)."""
@@ -227,7 +229,7 @@ def ddp_parity(ctx):
     compressed = _ddp_run(ctx, batches[:1], fp16_compress_hook)
     for name, grad in ref.first_grads.items():
         assert_close(compressed.first_grads[name], grad, f"DDP + fp16_compress_hook: gradient of {name}",
-                     rtol=2e-3, atol=1e-5)
+                     rtol=2e-3, atol=4e-3 * float(grad.abs().max()))
 
 
 def _cast_reference(ctx, batches, dtype) -> Run:
@@ -262,7 +264,7 @@ def _cast_reference(ctx, batches, dtype) -> Run:
 def fsdp2_mixed_precision(ctx):
     """fully_shard with MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32): the
     forward sees bf16 parameters, the sharded parameters and their gradients stay fp32, and
-    3 AdamW steps equal an equivalently cast single-device run (bf16 forward/backward per
+    2 AdamW steps equal an equivalently cast single-device run (bf16 forward/backward per
     data-parallel slice, gradients cast to fp32 and averaged in fp32) within TOL: a reduction
     done in bf16 would miss by bf16 rounding, ~1e-3 (torch.distributed.fsdp.MixedPrecisionPolicy)."""
     ws = ctx.world_size
@@ -322,7 +324,7 @@ def _pending_all_gather(module) -> bool:
 def fsdp2_prefetch(ctx):
     """Explicit prefetching: with set_modules_to_forward_prefetch (block i -> block i+1) the next
     block's all-gather is already issued while a block runs its forward, with
-    set_modules_to_backward_prefetch (block i -> block i-1) the same in backward, and 3 AdamW
+    set_modules_to_backward_prefetch (block i -> block i-1) the same in backward, and 2 AdamW
     steps still equal one device (torch.distributed.fsdp.FSDPModule.set_modules_to_forward_prefetch,
     set_modules_to_backward_prefetch)."""
     ws = ctx.world_size
@@ -346,7 +348,7 @@ def fsdp2_prefetch(ctx):
 def fsdp2_cpu_offload(ctx):
     """fully_shard with CPUOffloadPolicy: the sharded parameters, their gradients and the AdamW
     state live on the CPU, the forward computes on the device (its output is a device tensor),
-    and 3 steps equal one device (torch.distributed.fsdp.CPUOffloadPolicy)."""
+    and 2 steps equal one device (torch.distributed.fsdp.CPUOffloadPolicy)."""
     ws = ctx.world_size
     batches = _batches(ws)
     pin = ctx.device_type != "cpu"
@@ -371,9 +373,9 @@ def fsdp2_ops(ctx):
     """The device kernels FSDP2 calls give bitwise the CPU results on device tensors:
     torch.ops.fsdp.all_gather_copy_in (this rank's inputs copied into its slot of the all-gather
     buffer; the returned input is a view of that buffer), torch.ops.fsdp.split_with_sizes_copy
-    (dim 1, out= views) and torch.ops.fsdp.chunk_cat; and the reductions FSDP2 asks of the
-    collective library: reduce_scatter_single with ReduceOp.AVG and PREMUL_SUM(1/world size),
-    all_reduce with AVG (HSDP's replicate dim) (torch.distributed.fsdp._fully_shard._fsdp_collectives)."""
+    (dim 1, out= views) and torch.ops.fsdp.chunk_cat; and the average FSDP2 asks of the
+    collective library: reduce_scatter_single and all_reduce (HSDP's replicate dim) with
+    ReduceOp.AVG, exact on small integers (torch.distributed.fsdp._fully_shard._fsdp_collectives)."""
     import torch.distributed.fsdp._fully_shard._fsdp_collectives  # noqa: F401  (defines torch.ops.fsdp)
 
     ws, dev = ctx.world_size, ctx.device
@@ -404,14 +406,38 @@ def fsdp2_ops(ctx):
     # Small integers times ws: every sum and every division by ws (a power of two) is exact.
     full = [host_tensor((ws * 4,), 47 + r, low=-8, high=9) * ws for r in range(ws)]
     total = torch.stack(full).sum(0)
-    for op, what in ((dist.ReduceOp.AVG, "AVG"),
-                     (dist._make_nccl_premul_sum(1.0 / ws), "PREMUL_SUM(1/ws)")):
-        shard = torch.empty(4, device=dev)
-        dist.reduce_scatter_single(shard, full[ctx.rank].to(dev), op=op)
-        assert_equal(shard, (total / ws).chunk(ws)[ctx.rank], f"reduce_scatter_single {what}")
+    shard = torch.empty(4, device=dev)
+    dist.reduce_scatter_single(shard, full[ctx.rank].to(dev), op=dist.ReduceOp.AVG)
+    assert_equal(shard, (total / ws).chunk(ws)[ctx.rank], "reduce_scatter_single AVG")
     avg = full[ctx.rank].to(dev)
     dist.all_reduce(avg, op=dist.ReduceOp.AVG)
     assert_equal(avg, total / ws, "all_reduce AVG")
+
+
+@check("training.fsdp2_divide_factor", also_at=ALSO_AT)
+def fsdp2_divide_factor(ctx):
+    """FSDP2 with set_gradient_divide_factor(2 x world size) reduce-scatters its gradients with
+    ReduceOp.PREMUL_SUM(1/factor): the first step's gradients are half the single-device ones
+    (within TOL), after a bitwise-exact reduce_scatter_single with PREMUL_SUM(1/ws) of small
+    integers on device tensors. gloo, torch's CPU library, refuses PREMUL_SUM: SKIP there with
+    its error (torch.distributed.fsdp.FSDPModule.set_gradient_divide_factor, dist._make_nccl_premul_sum)."""
+    ws = ctx.world_size
+    full = [host_tensor((ws * 4,), 48 + r, low=-8, high=9) * ws for r in range(ws)]
+    shard = torch.empty(4, device=ctx.device)
+    try:
+        dist.reduce_scatter_single(shard, full[ctx.rank].to(ctx.device), op=dist._make_nccl_premul_sum(1.0 / ws))
+    except RuntimeError as exc:
+        if ctx.spec.collective_backend == "gloo" and "Cannot use ReduceOp.PREMUL_SUM" in str(exc):
+            ctx.skip(f"unsupported by torch's gloo: {exc}")
+        raise
+    assert_equal(shard, (torch.stack(full).sum(0) / ws).chunk(ws)[ctx.rank], "reduce_scatter_single PREMUL_SUM(1/ws)")
+    batches = _batches(ws, steps=1)
+    model = _fsdp(_model(ctx), ctx.mesh((ws,)))
+    for module in (*model.layers, model):
+        module.set_gradient_divide_factor(2.0 * ws)
+    run = _train(model, _adamw(model.parameters()), batches, ws, ctx.rank, ctx.device)
+    for name, grad in _reference(ctx, batches).first_grads.items():
+        assert_close(run.first_grads[name], grad / 2, f"gradient of {name} with divide factor {2 * ws}", **TOL)
 
 
 @check("training.hsdp_2d", also_at=ALSO_AT)
@@ -446,7 +472,7 @@ def fsdp2_tp_2d(ctx):
     """FSDP2 x TP on a (dp, tp) mesh: TP through parallelize_module with the mesh taken from
     ``with mesh["tp"]:``, then fully_shard on mesh["dp"]; every parameter TP touched is a DTensor on the
     2-D mesh, sharded on dim 0 over dp (strided where TP shards dim 0 too) and by its TP style
-    over tp, the others (norms) are Shard(0) on mesh["dp"], and 3 AdamW steps equal
+    over tp, the others (norms) are Shard(0) on mesh["dp"], and 2 AdamW steps equal
     one device (torch.distributed.fsdp.fully_shard, torch.distributed.tensor.parallel, PR 134247)."""
     mesh = ctx.mesh((2, ctx.world_size // 2), ("dp", "tp"))
     batches = _batches(2)
@@ -582,23 +608,23 @@ def _load(model, opt, path) -> None:
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
-def _resume(ctx, build, batches, dp, dp_rank, dp_group, path, *, load_into=None):
-    """Train ``build(seed 1)`` on ``batches`` uninterrupted, and again for 2 steps, saved with
-    dcp.save, loaded into ``load_into or build`` (initialised from seed 2) and continued.
+def _resume(ctx, build, batches, dp, dp_rank, dp_group, path):
+    """Train ``build(1)`` on ``batches`` uninterrupted, and again for one step, saved with
+    dcp.save, loaded into ``build(2)`` (initialised from another seed) and continued.
     Returns (uninterrupted run, its state, resumed run, resumed state, state saved, state loaded)."""
     model = build(1)
     opt = _adamw(model.parameters())
     whole = _train(model, opt, batches, dp, dp_rank, ctx.device, dp_group)
     first = build(1)
     first_opt = _adamw(first.parameters())
-    head = _train(first, first_opt, batches[:2], dp, dp_rank, ctx.device, dp_group)
+    head = _train(first, first_opt, batches[:1], dp, dp_rank, ctx.device, dp_group)
     saved = _state(first, first_opt)
     _save(first, first_opt, path)
-    fresh = (load_into or build)(2)
+    fresh = build(2)
     fresh_opt = _adamw(fresh.parameters())
     _load(fresh, fresh_opt, path)
     loaded = _state(fresh, fresh_opt)
-    tail = _train(fresh, fresh_opt, batches[2:], dp, dp_rank, ctx.device, dp_group)
+    tail = _train(fresh, fresh_opt, batches[1:], dp, dp_rank, ctx.device, dp_group)
     resumed = Run(fresh, head.losses + tail.losses, head.first_grads)
     return whole, _state(model, opt), resumed, _state(fresh, fresh_opt), saved, loaded
 
@@ -606,14 +632,14 @@ def _resume(ctx, build, batches, dp, dp_rank, dp_group, path, *, load_into=None)
 @check("training.resume", also_at=ALSO_AT)
 def resume(ctx):
     """FSDP2 training resumed from a distributed checkpoint equals the uninterrupted run
-    bitwise: 2 AdamW steps, get_state_dict + dcp.save of model and optimizer, dcp.load +
-    set_state_dict into a model initialised differently, 2 more steps. Every parameter and
+    bitwise: one AdamW step, get_state_dict + dcp.save of model and optimizer, dcp.load +
+    set_state_dict into a model initialised differently, one more step. Every parameter and
     optimizer-state tensor (exp_avg, exp_avg_sq, step) is compared after loading and at the
     end, the losses too; the uninterrupted run equals one device within TOL
     (torch.distributed.checkpoint, torch.distributed.checkpoint.state_dict, fully_shard)."""
     ws = ctx.world_size
     mesh = ctx.mesh((ws,))
-    batches = _batches(ws, steps=4)
+    batches = _batches(ws)
     with shared_tmpdir() as tmp:
         whole, whole_state, resumed, resumed_state, saved, loaded = _resume(
             ctx, lambda seed: _fsdp(_model(ctx, seed), mesh), batches, ws, ctx.rank, None,
@@ -629,12 +655,12 @@ def resume_2d(ctx):
     """FSDP2 x TP training on a (dp, tp) mesh resumed from a distributed checkpoint equals the
     uninterrupted run bitwise (every parameter and optimizer-state tensor, the losses), and the
     same checkpoint loads into plain FSDP2 over all ranks (another mesh shape): every tensor
-    arrives bitwise, and 2 more steps there equal the 2-D run within TOL
+    arrives bitwise, and one more step there equals the 2-D run within TOL
     (torch.distributed.checkpoint resharding on load, fully_shard, parallelize_module)."""
     ws = ctx.world_size
     mesh = ctx.mesh((2, ws // 2), ("dp", "tp"))
     flat = ctx.mesh((ws,))
-    batches = _batches(2, steps=4)
+    batches = _batches(2)
     dp_rank, dp_group = mesh.get_local_rank("dp"), mesh["dp"].get_group()
     with shared_tmpdir() as tmp:
         path = os.path.join(tmp, "ckpt")
@@ -647,8 +673,8 @@ def resume_2d(ctx):
         other_opt = _adamw(other.parameters())
         _load(other, other_opt, path)
     _assert_state_equal(_state(other, other_opt), saved, "FSDP2 x TP checkpoint loaded into 1-D FSDP2")
-    tail = _train(other, other_opt, [b for b in batches[2:]], 2, dp_rank, ctx.device, dp_group)
-    assert_close(torch.tensor(tail.losses), torch.tensor(whole.losses[2:]), "losses after loading into 1-D FSDP2",
+    tail = _train(other, other_opt, batches[1:], 2, dp_rank, ctx.device, dp_group)
+    assert_close(torch.tensor(tail.losses), torch.tensor(whole.losses[1:]), "losses after loading into 1-D FSDP2",
                  **TOL)
     named = dict(whole.model.named_parameters())
     for name, param in other.named_parameters():
@@ -684,9 +710,13 @@ def _sdpa_taken(q, k, v) -> tuple[int, torch.Tensor]:
     return (fused[0] if fused else 0), out
 
 
+#: One block with 8 heads of 2 (every world size up to 8 gets whole heads).
+ATTENTION = Config(layers=1, heads=8)
+
+
 def _heads(ctx, seed: int) -> torch.Tensor:
-    """A (batch 2, heads 4, seq 8, head dim 4) host tensor."""
-    return host_tensor((2, CFG.heads, SEQ, CFG.dim // CFG.heads), seed)
+    """A (batch 2, heads 8, seq 8, head dim 2) host tensor."""
+    return host_tensor((2, ATTENTION.heads, SEQ, ATTENTION.dim // ATTENTION.heads), seed)
 
 
 @check("training.sdpa_choice", also_at=ALSO_AT)
@@ -712,7 +742,7 @@ def sdpa_choice(ctx):
 
 def _tp_attention_run(ctx, sdpa: bool, local_heads: bool) -> None:
     """One TP block (heads split over all ranks) forward and backward equal one device."""
-    cfg = Config(layers=1, sdpa=sdpa)
+    cfg = dataclasses.replace(ATTENTION, sdpa=sdpa)
     mesh = ctx.mesh((ctx.world_size,))
     ref = _model(ctx, cfg=cfg)
     model = _model(ctx, cfg=cfg)
