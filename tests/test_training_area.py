@@ -32,13 +32,13 @@ dist.reduce_scatter_single = _drops_rank_1
 
 
 def test_training_checks_catch_a_dropped_reduce_scatter_contribution(tmp_path):
-    """FSDP2 parity, FSDP2 x TP and resume FAIL (not pass, not hang) when the reduce-scatter
+    """FSDP2 parity, FSDP2 x TP and both resume checks FAIL (not pass, not hang) when the reduce-scatter
     FSDP2 uses loses one rank's gradients, while DDP (all_reduce, intact) still passes: the
     training checks compare with one device, not only with themselves. One 2-rank mock run."""
     broken = tmp_path / "dropping_library.py"
     broken.write_text(DROPPING_LIBRARY)
     expected = {"training.fsdp2_parity": "fail", "training.fsdp2_tp_2d": "fail",
-                "training.resume": "fail", "training.ddp_parity": "pass"}
+                "training.resume": "fail", "training.resume_2d": "fail", "training.ddp_parity": "pass"}
     argv = [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock", "--world-size", "2",
             "--checks-module", str(broken), "--report-dir", str(tmp_path / "report"), "--timeout", "120"]
     for cid in expected:
@@ -49,9 +49,11 @@ def test_training_checks_catch_a_dropped_reduce_scatter_contribution(tmp_path):
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     outcomes = {c["id"]: c["outcome"] for c in report["checks"]}
     assert outcomes == expected, outcomes
-    reasons = {c["id"]: c["reason"] for c in report["checks"]}
-    assert "one device" in reasons["training.fsdp2_parity"] or "FSDP2" in reasons["training.fsdp2_parity"]
-    assert "uninterrupted run" in reasons["training.resume"], reasons["training.resume"]
+    reasons = {c["id"]: c["reason"].splitlines()[0] for c in report["checks"] if c["reason"]}
+    for cid, what in (("training.fsdp2_parity", "FSDP2 reshard_after_forward=True"),
+                      ("training.fsdp2_tp_2d", "FSDP2 x TP"), ("training.resume", "FSDP2 uninterrupted run"),
+                      ("training.resume_2d", "FSDP2 x TP uninterrupted run")):
+        assert f"{what}: first-step gradient of" in reasons[cid], reasons[cid]
 
 
 def test_mock_module_reports_initialized_and_answers_math_for_sdpa():

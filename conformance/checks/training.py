@@ -122,16 +122,16 @@ def _reference(ctx, batches, seed: int = 1, cfg: Config = CFG) -> Run:
 
 
 def _assert_matches(run: Run, ref: Run, what: str, *, grads: bool = True, **tol) -> None:
-    """Losses, first-step gradients and final parameters of ``run`` equal ``ref``'s within
+    """First-step gradients, losses and final parameters of ``run`` equal ``ref``'s within
     ``tol`` (default ``TOL``)."""
     tol = tol or TOL
-    assert_close(torch.tensor(run.losses, dtype=torch.float64), torch.tensor(ref.losses, dtype=torch.float64),
-                 f"{what}: losses", **tol)
     if grads:
         assert run.first_grads.keys() == ref.first_grads.keys(), (
             f"{what}: gradients of {sorted(run.first_grads)} vs {sorted(ref.first_grads)}")
         for name, grad in ref.first_grads.items():
             assert_close(run.first_grads[name], grad, f"{what}: first-step gradient of {name}", **tol)
+    assert_close(torch.tensor(run.losses, dtype=torch.float64), torch.tensor(ref.losses, dtype=torch.float64),
+                 f"{what}: losses", **tol)
     named = dict(run.model.named_parameters())
     for name, ref_param in ref.model.named_parameters():
         assert_close(_full(named[name]), ref_param, f"{what}: parameter {name} after training", **tol)
@@ -653,8 +653,8 @@ def resume(ctx):
 @check("training.resume_2d", also_at=ALSO_AT)
 def resume_2d(ctx):
     """FSDP2 x TP training on a (dp, tp) mesh resumed from a distributed checkpoint equals the
-    uninterrupted run bitwise (every parameter and optimizer-state tensor, the losses), and the
-    same checkpoint loads into plain FSDP2 over all ranks (another mesh shape): every tensor
+    uninterrupted run bitwise (every parameter and optimizer-state tensor, the losses), which
+    equals one device within TOL, and the same checkpoint loads into plain FSDP2 over all ranks (another mesh shape): every tensor
     arrives bitwise, and one more step there equals the 2-D run within TOL
     (torch.distributed.checkpoint resharding on load, fully_shard, parallelize_module)."""
     ws = ctx.world_size
@@ -669,6 +669,7 @@ def resume_2d(ctx):
         _assert_state_equal(loaded, saved, "FSDP2 x TP state loaded from the checkpoint")
         _assert_state_equal(resumed_state, whole_state, "FSDP2 x TP resumed vs uninterrupted")
         assert_equal(torch.tensor(resumed.losses), torch.tensor(whole.losses), "losses resumed vs uninterrupted")
+        _assert_matches(whole, _reference(ctx, batches), "FSDP2 x TP uninterrupted run")
         other = _fsdp(_model(ctx, 2), flat)
         other_opt = _adamw(other.parameters())
         _load(other, other_opt, path)
