@@ -335,9 +335,9 @@ def fsdp2_prefetch(ctx):
 
 @check("training.fsdp2_cpu_offload", also_at=ALSO_AT)
 def fsdp2_cpu_offload(ctx):
-    """fully_shard with CPUOffloadPolicy: the sharded parameters, their gradients and the AdamW
-    state live on the CPU, the forward computes on the device (its output is a device tensor),
-    and 2 steps equal one device (torch.distributed.fsdp.CPUOffloadPolicy)."""
+    """fully_shard with CPUOffloadPolicy (pinned memory on an accelerator): the sharded
+    parameters and the AdamW state live on the CPU, the forward computes on the device (its
+    output is a device tensor), and 2 steps equal one device (torch.distributed.fsdp.CPUOffloadPolicy)."""
     ws = ctx.world_size
     batches = _batches(ws)
     pin = ctx.device_type != "cpu"
