@@ -2,12 +2,13 @@
 
 Shared by the engine's pool workers and the torchrun mode. Before each check the rank is put
 back into a known state: the default process group stays; groups the previous check created
-are destroyed; c10d's group counter is set to the value every rank agrees on (so the next
-``new_group`` gets the same name everywhere, even after a check that failed on one rank only);
-no ambient ``with mesh:`` is left (PR 134247); DTensor's RNG tracker is dropped (PR 103235);
-host and device RNGs are reseeded with the same seed on every rank; peak-memory counters are
-reset. torch has no public API for the first four: :mod:`accelkit.core.torch_internals` does
-them.
+are destroyed and, if there were any, DTensor's sharding-propagation caches are cleared (on
+this thread and on the autograd thread of the rank's device); c10d's group counter is set to the
+value every rank agrees on (so the next ``new_group`` gets the same name everywhere, even after
+a check that failed on one rank only); no ambient ``with mesh:`` is left (PR 134247); DTensor's
+RNG tracker is dropped (PR 103235); host and device RNGs are reseeded with the same seed on
+every rank; peak-memory counters are reset. torch has no public API for the first five:
+:mod:`accelkit.core.torch_internals` does them.
 """
 
 from __future__ import annotations
@@ -78,12 +79,14 @@ def reset_state(device_type: str, group_count: int, seed: int = SEED) -> None:
     """Bring this rank back to the state every check starts from (see the module docstring)."""
     import torch
 
-    torch_internals.destroy_groups_but_the_default()
+    handle = device_handle(device_type)
+    if torch_internals.destroy_groups_but_the_default():
+        device = None if handle is None else torch.device(device_type, handle.current_device())
+        torch_internals.clear_sharding_caches(device)
     torch_internals.raise_group_counter(group_count)
     torch_internals.leave_ambient_meshes()
     torch_internals.drop_rng_tracker()
     torch.manual_seed(seed)
-    handle = device_handle(device_type)
     if handle is not None and hasattr(handle, "manual_seed_all"):
         handle.manual_seed_all(seed)
 

@@ -468,6 +468,15 @@ class _Prober:
                      "provide manual_seed_all(seed) and _is_in_bad_fork() -> False")
 
     def initialized_after_use(self) -> None:
+        self.report.probes += 1
+        if getattr(self.handle, "_initialized", False) is not True:
+            self.add("error", "_initialized",
+                     f"torch.{self.dt}._initialized is not True after the device was used",
+                     "torch.utils.checkpoint saves and restores the device RNG state around a "
+                     "recompute only when it is True: dropout in a checkpointed block draws "
+                     "new masks in backward and the gradients are silently wrong",
+                     "expose _initialized (True once the device is initialised) as torch.cuda "
+                     "does; accelkit.core.build_device_module does")
         if self.call("is_initialized", breaks="DeviceMesh device selection",
                      fix="keep is_initialized() a plain read") is False:
             self.add("warning", "is_initialized",

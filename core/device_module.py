@@ -122,6 +122,13 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
                 "multiprocessing, you must use the 'spawn' start method")
         ext.init()
 
+    def __getattr__(attr: str) -> Any:
+        """``_initialized``, read like ``torch.cuda._initialized``: torch.utils.checkpoint saves
+        and restores the device's RNG state around a recompute only when it is True."""
+        if attr == "_initialized":
+            return bool(ext.is_initialized())
+        raise AttributeError(f"module 'torch.{name}' has no attribute {attr!r}")
+
     def _is_in_bad_fork() -> bool:
         """True in a child forked after the device was initialized (if it cannot survive it)."""
         return fork_state.bad

@@ -4,6 +4,9 @@ stack calls for a cuda-like device (PR 102468 made DeviceMesh/DTensor use it ins
 
 Every member below was found by reading the torch 2.13 sources that call it; its one-line
 docstring names the caller. :func:`accelkit.core.check_device_handle` probes the behaviour.
+Besides these methods torch reads one attribute, ``_initialized`` (True once the device is
+initialised, as ``torch.cuda._initialized``): ``torch.utils.checkpoint`` preserves the device's
+RNG state across a recompute only when it is True; the checker probes it too.
 """
 
 from __future__ import annotations

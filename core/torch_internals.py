@@ -36,15 +36,44 @@ def default_store():
     return distributed_c10d._get_default_store()
 
 
-def destroy_groups_but_the_default() -> None:
-    """Destroy every process group but the default one: c10d keeps them in
-    ``distributed_c10d._world.pg_map``."""
+def destroy_groups_but_the_default() -> int:
+    """Destroy every process group but the default one (c10d keeps them in
+    ``distributed_c10d._world.pg_map``); returns how many there were."""
     from torch.distributed import distributed_c10d as c10d
 
     default = c10d._get_default_group()
-    for pg in list(c10d._world.pg_map):
-        if pg is not default:
-            c10d.destroy_process_group(pg)
+    stale = [pg for pg in c10d._world.pg_map if pg is not default]
+    for pg in stale:
+        c10d.destroy_process_group(pg)
+    return len(stale)
+
+
+def clear_sharding_caches(device=None) -> None:
+    """Clear DTensor's sharding-propagation caches
+    (``torch.distributed.tensor.debug._clear_sharding_prop_cache``). DeviceMesh equality ignores
+    process groups, so a cached sharding would hand a later mesh equal to a destroyed one the
+    destroyed groups ("Could not resolve the process group"). The Python cache is per thread
+    (``_sharding_prop.LocalLRUCache`` is a ``threading.local``): it is cleared on this thread
+    and, when ``device`` (a ``torch.device``) is given, through a one-node backward on the
+    autograd engine's thread for that device, where backward ops on its tensors run."""
+    import torch
+    from torch.distributed.tensor.debug import _clear_sharding_prop_cache
+
+    _clear_sharding_prop_cache()
+    if device is None:
+        return
+
+    class ClearInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            _clear_sharding_prop_cache()
+            return grad
+
+    ClearInBackward.apply(torch.zeros((), device=device, requires_grad=True)).backward()
 
 
 def group_counter() -> int:

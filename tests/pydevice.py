@@ -59,6 +59,12 @@ def make_module(name: str, **changes) -> types.ModuleType:
         state["rng"][index(device)] = [int.from_bytes(raw[:8], "little"),
                                        int.from_bytes(raw[8:], "little", signed=True)]
 
+    def __getattr__(attr):
+        """``_initialized``, as torch.cuda's (torch.utils.checkpoint reads it)."""
+        if attr == "_initialized":
+            return state["initialized"]
+        raise AttributeError(f"module {mod.__name__!r} has no attribute {attr!r}")
+
     def manual_seed(seed):
         i = index()
         state["rng"][i] = [int(seed), 0]
@@ -83,6 +89,7 @@ def make_module(name: str, **changes) -> types.ModuleType:
         "initial_seed": lambda: state["initial"][index()],
         "_is_in_bad_fork": lambda: False,
         "_lazy_init": _lazy_init,
+        "__getattr__": __getattr__,
         "get_amp_supported_dtype": lambda: [torch.float16, torch.bfloat16],
     }
     members.update(changes)

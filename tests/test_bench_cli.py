@@ -1,4 +1,4 @@
-"""bench/collectives.py refuses bad options before starting any rank process."""
+"""The benchmarks refuse bad options before starting any rank process."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "collectives.py"
+TRAINING = BENCH.parent / "training.py"
 
 
 def test_zero_rounds_is_refused_with_the_reason():
@@ -14,3 +15,13 @@ def test_zero_rounds_is_refused_with_the_reason():
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert "--rounds must be at least 1 (the median of the rounds is reported), got 0" in proc.stderr
+
+
+def test_training_bench_refuses_bad_options_before_starting_ranks():
+    for argv, message in ((["--steps", "0"], "--steps must be at least 1, got 0"),
+                          (["--ranks", "3"], "--ranks must be even and at least 2"),
+                          (["--ranks", "8", "--heads", "6"],
+                           "--heads, --vocab and --hidden must be multiples of the TP size 4")):
+        proc = subprocess.run([sys.executable, str(TRAINING), *argv], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr)

@@ -19,7 +19,7 @@ from accelkit.conformance.api import CHECKS
 from accelkit.conformance.checks import load_all
 
 AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint",
-         "compile")
+         "compile", "training")
 PACKAGE = "accelkit.conformance.checks"
 
 #: Each behaviour the design PRs describe -> the checks that exercise it.
@@ -38,7 +38,7 @@ DESIGN_PR_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
         "the RNG state may be asynchronous outside participating ranks (sub-mesh)":
             ("rng.submesh",),
         "a user generator and fork_rng around the region":
-            ("rng.user_generator", "rng.fork_rng"),
+            ("rng.user_generator", "rng.fork_rng", "training.activation_checkpoint_dtensor_rng"),
         "parameter init goes through the tracker":
             ("rng.init_weights", "tp.meta_init_2d"),
         "the tracker only supports cuda-like devices (cpu refused)":
@@ -62,7 +62,7 @@ DESIGN_PR_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
     },
     "134247": {
         "device_mesh is optional: parallelize_module takes it from the ambient `with mesh:`":
-            ("tp.ambient_mesh",),
+            ("tp.ambient_mesh", "training.fsdp2_tp_2d"),
         "the FeedForward example calls parallelize_module inside __init__ under `with mesh:`":
             ("tp.feedforward_in_init",),
         "w2's Partial output may be returned as is or redistributed to Replicate":
@@ -119,6 +119,11 @@ FLOOR: dict[str, tuple[str, ...]] = {
     "compile": ("registration", *(f"{program}_{backend}" for program in (
         "ops", "functional_collectives", "dtensor_program", "tp_block", "dtensor_random")
         for backend in ("aot_eager", "inductor"))),
+    # the training area's issue: FSDP2, DDP, HSDP, FSDP2 x TP, checkpointing, resume, attention
+    "training": ("ddp_parity", "fsdp2_parity", "fsdp2_mixed_precision", "fsdp2_grad_accumulation",
+                 "fsdp2_prefetch", "fsdp2_cpu_offload", "fsdp2_ops", "fsdp2_divide_factor", "hsdp_2d",
+                 "fsdp2_tp_2d", "activation_checkpoint_rng", "activation_checkpoint_dtensor_rng",
+                 "resume", "resume_2d", "sdpa_choice", "tp_attention", "tp_attention_sdpa"),
 }
 
 SOURCE = re.compile(r"PR \d{6}|torch\.|DTensor\.|DeviceMesh\.|accelkit\.core")

@@ -44,6 +44,7 @@ try:
 except Exception as exc:
     out["strict"] = f"{type(exc).__name__}: {exc}"
 """),
+    "no_initialized_attribute": ("del mod.__getattr__", ""),
     "missing_seed_pair": ("del mod.manual_seed_all, mod._is_in_bad_fork, mod.synchronize", ""),
     "mt19937_state": ("""
 mod.get_rng_state = lambda device=None: torch.zeros(5056, dtype=torch.uint8)
@@ -201,6 +202,13 @@ def test_zero_devices_is_an_error_and_stops_the_device_probes(results):
     f = _one(r, "<probes>", r"^RNG and device probes skipped: no usable device$")
     assert f["severity"] == "info"
     assert r["state"]["initialized"] is False
+
+
+def test_missing_initialized_attribute_breaks_activation_checkpointing(results):
+    r = json_result(results["no_initialized_attribute"])
+    f = _one(r, "_initialized", r"^torch\.pydev\._initialized is not True after the device was used$")
+    assert f["severity"] == "error" and "torch.utils.checkpoint" in f["breaks"]
+    assert not r["full"]["ok"] and r["registration"]["ok"]  # probed only once the device is used
 
 
 def test_set_device_without_effect_and_is_initialized_never_true(results):

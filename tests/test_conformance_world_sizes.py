@@ -1,9 +1,8 @@
 """The catalogue on the mock at the other world sizes it declares (``also_at``): every check
 written for 2 ranks passes on 2, every one written for 8 passes on 8, each run at that size
-(but the DTensor random checks of the compile area, which SKIP with torch's refusal: torch 2.13
-compiles DTensor random ops for CUDA only, docs/compile.md). This keeps the ``also_at``
-declarations true (``--world-size``: a 2-device machine and an 8-rank torchrun launch get a
-report). About 50 s and 100 s here."""
+(but the checks torch itself refuses on a PrivateUse1 device, ``TORCH_REFUSES``, which SKIP
+with torch's reason). This keeps the ``also_at`` declarations true (``--world-size``: a 2-device
+machine and an 8-rank torchrun launch get a report). About 50 s and 100 s here."""
 
 from __future__ import annotations
 
@@ -15,8 +14,11 @@ import sys
 import pytest
 from accelkit.conformance import loader
 
-#: Checks torch itself refuses on the mock (SKIP naming torch's limitation).
-TORCH_REFUSES = {"compile.dtensor_random_aot_eager", "compile.dtensor_random_inductor"}
+#: Checks torch itself refuses on the mock: each SKIPs with a reason starting "unsupported by
+#: torch". torch 2.13 compiles DTensor random ops for CUDA only (docs/compile.md) and has DTensor
+#: sharding rules for CUDA's fused attention ops only (docs/porting.md, Training).
+TORCH_REFUSES = {"compile.dtensor_random_aot_eager", "compile.dtensor_random_inductor",
+                 "training.tp_attention_sdpa"}
 
 
 @pytest.mark.parametrize("world_size", [2, 8])
