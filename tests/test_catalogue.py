@@ -19,7 +19,7 @@ from accelkit.conformance.api import CHECKS
 from accelkit.conformance.checks import load_all
 
 AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint",
-         "compile", "training")
+         "compile", "training", "streams")
 PACKAGE = "accelkit.conformance.checks"
 
 #: Each behaviour the design PRs describe -> the checks that exercise it.
@@ -124,6 +124,8 @@ FLOOR: dict[str, tuple[str, ...]] = {
                  "fsdp2_prefetch", "fsdp2_cpu_offload", "fsdp2_ops", "fsdp2_divide_factor", "hsdp_2d",
                  "fsdp2_tp_2d", "activation_checkpoint_rng", "activation_checkpoint_dtensor_rng",
                  "resume", "resume_2d", "sdpa_choice", "tp_attention", "tp_attention_sdpa"),
+    "streams": ("device_handle_streams", "collective_ordering", "side_stream_events",
+                "record_stream", "memory_statistics"),
 }
 
 SOURCE = re.compile(r"PR \d{6}|torch\.|DTensor\.|DeviceMesh\.|accelkit\.core")

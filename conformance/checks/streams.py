@@ -98,7 +98,7 @@ def side_stream_events(ctx):
     """Work on a side stream joined with events: the side stream waits for the producer
     (wait_stream), the current stream waits for the side stream's result (Event.record on the
     side stream, current_stream().wait_event) before using it (FSDP2's all-gather stream
-    pattern). Trivial on a synchronous device."""
+    pattern, torch.distributed.fsdp._fully_shard). Trivial on a synchronous device."""
     handle = _handle(ctx)
     ones = torch.ones(BIG, device=ctx.device)
     a = _slowly(torch.zeros(BIG, device=ctx.device), ones)  # CHAIN, on the current stream
@@ -119,7 +119,7 @@ def side_stream_events(ctx):
 def record_stream(ctx):
     """Tensor.record_stream: a tensor freed on the current stream while a side stream still
     reads it is not handed out again before the side stream is past that point (the caching
-    allocator's stream semantics FSDP2 relies on). The new tensor's write would otherwise land
+    allocator's stream semantics FSDP2 relies on, torch.Tensor.record_stream). The new tensor's write would otherwise land
     before the side stream's reads. Trivial on a synchronous device."""
     handle = _handle(ctx)
     t = torch.full((BIG,), 3.0, device=ctx.device)
@@ -143,7 +143,8 @@ def memory_statistics(ctx):
     """The allocator's statistics as torch.cuda's: memory_reserved() >= memory_allocated()
     after frees (freed blocks may stay cached), max_memory_allocated() >= memory_allocated(),
     reset_peak_memory_stats() brings the peak to the current value, empty_cache() keeps
-    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads."""
+    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads
+    (torch.cuda.memory_stats)."""
     handle = _handle(ctx)
     handle.synchronize()
     keep = torch.empty(BIG, device=ctx.device)
