@@ -21,6 +21,28 @@ EXTENSIONS: dict[str, dict] = {
 }
 
 
+#: The preprocessor macro of the fault build (``core/csrc/faults.h``).
+FAULT_DEFINES = ("ACCELKIT_FAULTS",)
+
+
+def fault_build() -> bool:
+    """True when ``ACCELKIT_MOCK_FAULTS=1`` asks for the fault build."""
+    return os.environ.get("ACCELKIT_MOCK_FAULTS", "0") not in ("", "0")
+
+
+def extensions() -> dict[str, dict]:
+    """The extensions this process builds and loads: :data:`EXTENSIONS`, or with
+    ``ACCELKIT_MOCK_FAULTS=1`` their fault build, for accelkit's own mutation tests
+    (``tests/test_mutants.py``): the same sources and accelkit's library compiled with
+    ``-DACCELKIT_FAULTS``, named ``<name>_faults`` and cached apart. In it the environment
+    variable ``ACCELKIT_FAULT`` switches on one of the faults ``core/csrc/faults.cpp``
+    lists; the default build has no fault code at all."""
+    if not fault_build():
+        return EXTENSIONS
+    return {key: {**ext, "name": f"{ext['name']}_faults", "defines": FAULT_DEFINES}
+            for key, ext in EXTENSIONS.items()}
+
+
 def _setup() -> None:
     import accelkit.backends.mock  # noqa: F401  (registers torch.mock and mockccl)
 
@@ -32,9 +54,10 @@ def _prepare() -> None:
 
     from accelkit.core.cpp import build_extension, library
 
-    library()
-    with ThreadPoolExecutor(len(EXTENSIONS)) as pool:
-        for future in [pool.submit(build_extension, **ext) for ext in EXTENSIONS.values()]:
+    chosen = extensions()
+    library(FAULT_DEFINES if fault_build() else ())
+    with ThreadPoolExecutor(len(chosen)) as pool:
+        for future in [pool.submit(build_extension, **ext) for ext in chosen.values()]:
             future.result()
 
 
@@ -71,6 +94,7 @@ SETTINGS_DEFAULTS = {
     "ACCELKIT_MOCK_HOST_ACCESSIBLE": "1",
     "ACCELKIT_MOCK_ASYNC": "0",
     "ACCELKIT_MOCK_LAUNCH_BLOCKING": "0",
+    "ACCELKIT_MOCK_FAULTS": "0",
     "ACCELKIT_MOCKCCL_CHUNK_BYTES": str(512 << 10),
     "ACCELKIT_MOCKCCL_P2P_CHUNK_BYTES": str(256 << 10),
 }

@@ -98,15 +98,31 @@ def _torch_cflags() -> list[str]:
 LIBRARY_CFLAGS = ("-O2", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
 
 
-class _Library:
-    """One build of ``libaccelkit.a`` for this torch and these sources."""
+def _variant(name: str, defines: Sequence[str]) -> str:
+    """The cache name of a build of ``name`` with preprocessor ``defines``: the name itself
+    for none, else ``name+DEFINE+...`` (its own cache folders, never pruned for the other)."""
+    return "+".join([name, *defines])
 
-    def __init__(self) -> None:
+
+def _define_flags(defines: Sequence[str]) -> list[str]:
+    for define in defines:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*(=\S*)?", define):
+            raise ValueError(f"define {define!r} is not NAME or NAME=VALUE (a C preprocessor "
+                             "macro, e.g. 'ACCELKIT_FAULTS')")
+    return [f"-D{define}" for define in defines]
+
+
+class _Library:
+    """One build of ``libaccelkit.a`` for this torch, these sources and these defines."""
+
+    def __init__(self, defines: Sequence[str] = ()) -> None:
         self.sources = sorted(_csrc_dir().rglob("*.cpp"))
         headers = sorted([*Path(include_dir()).rglob("*.h"), *_csrc_dir().rglob("*.h")])
-        self.flags = [*LIBRARY_CFLAGS, f"-I{include_dir()}", f"-I{_csrc_dir()}"]
+        self.flags = [*LIBRARY_CFLAGS, *_define_flags(defines), f"-I{include_dir()}",
+                      f"-I{_csrc_dir()}"]
+        self.name = _variant("libaccelkit", defines)
         digest = _digest([*self.sources, *headers], self.flags)
-        self.dir = cache_root() / f"libaccelkit-{digest}"
+        self.dir = cache_root() / f"{self.name}-{digest}"
         self.path = self.dir / "libaccelkit.a"
 
     @property
@@ -138,7 +154,7 @@ class _Library:
             lines += [f"build libaccelkit.a: ar {' '.join(objects)}", "default libaccelkit.a", ""]
             (self.dir / "build.ninja").write_text("\n".join(lines))
             ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
-            print(f"accelkit: building the C++ layer (libaccelkit.a, {len(self.sources)} files) "
+            print(f"accelkit: building the C++ layer ({self.name}, {len(self.sources)} files) "
                   f"for torch {_torch_version()} in {self.dir} (first use; about a minute)",
                   file=sys.stderr, flush=True)
             start = time.monotonic()
@@ -148,17 +164,21 @@ class _Library:
                 raise RuntimeError(f"building accelkit's C++ layer failed (ninja exit "
                                    f"{proc.returncode}) in {self.dir}:\n{proc.stdout[-8000:]}")
             (self.dir / "ok").write_text(f"{time.monotonic() - start:.1f}s\n")
-            _prune("libaccelkit", keep=self.dir)
+            _prune(self.name, keep=self.dir)
             print(f"accelkit: built the C++ layer in {time.monotonic() - start:.0f} s",
                   file=sys.stderr, flush=True)
 
 
-def library() -> str:
+def library(defines: Sequence[str] = ()) -> str:
     """The path of ``libaccelkit.a``, accelkit's C++ layer compiled for the installed torch,
     building it first if this torch and these sources have no build yet (about a minute on
     two cores, once). Link it into every extension that includes accelkit's headers: in a
-    setup.py, ``CppExtension(..., include_dirs=[include_dir()], extra_objects=[library()])``."""
-    lib = _Library()
+    setup.py, ``CppExtension(..., include_dirs=[include_dir()], extra_objects=[library()])``.
+
+    ``defines`` (preprocessor macros, ``NAME`` or ``NAME=VALUE``) give another build, cached
+    apart: ``defines=("ACCELKIT_FAULTS",)`` is the fault build accelkit's mutation tests run
+    (``core/csrc/faults.h``); a vendor's build takes the default."""
+    lib = _Library(tuple(defines))
     if not lib.done:
         lib.build()
     return str(lib.path)
@@ -168,12 +188,13 @@ class _Build:
     """Where one exact build (torch + sources + headers + flags) of an extension lives."""
 
     def __init__(self, name: str, sources: Sequence[str | os.PathLike],
-                 include_dirs: Sequence[str], cflags: Sequence[str]) -> None:
+                 include_dirs: Sequence[str], cflags: Sequence[str],
+                 defines: Sequence[str] = ()) -> None:
         self.name = name
         self.sources = [str(Path(s).resolve()) for s in sources]
         self.includes = [include_dir(), *map(str, include_dirs)]
-        self.flags = ["-O2", *cflags]
-        self.library = library()
+        self.flags = ["-O2", *cflags, *_define_flags(defines)]
+        self.library = library(defines)
         srcs = [Path(s) for s in self.sources]
         digest = _digest(srcs + _included(srcs, self.includes) + [Path(self.library)], self.flags)
         self.dir = cache_root() / f"{name}-{digest}"
@@ -213,18 +234,22 @@ class _Build:
 
 
 def load_extension(name: str, sources: Sequence[str | os.PathLike], *,
-                   include_dirs: Sequence[str] = (), cflags: Sequence[str] = ()):
+                   include_dirs: Sequence[str] = (), cflags: Sequence[str] = (),
+                   defines: Sequence[str] = ()):
     """Import the extension module ``name`` built from ``sources``, compiling it first if no
     build for this exact torch + sources + headers + flags exists. Prints one line while
-    building (a first build takes about a minute on two cores)."""
-    build = _Build(name, sources, include_dirs, cflags)
+    building (a first build takes about a minute on two cores). ``defines`` are preprocessor
+    macros for the extension and for the build of accelkit's library it links
+    (:func:`library`), part of what identifies the build."""
+    build = _Build(name, sources, include_dirs, cflags, defines)
     if build.done:
         return _import_built(name, build.path)
     return build.compile_and_import()
 
 
 def build_extension(name: str, sources: Sequence[str | os.PathLike], *,
-                    include_dirs: Sequence[str] = (), cflags: Sequence[str] = ()) -> Path:
+                    include_dirs: Sequence[str] = (), cflags: Sequence[str] = (),
+                    defines: Sequence[str] = ()) -> Path:
     """Compile the extension (same arguments as :func:`load_extension`) if needed and return the
     built file, WITHOUT loading it here: loading a device extension registers its PrivateUse1
     hooks and kernels, so the compile runs in a throwaway child process. Used by a backend's
@@ -232,11 +257,13 @@ def build_extension(name: str, sources: Sequence[str | os.PathLike], *,
     import json
     import subprocess
 
-    build = _Build(name, sources, include_dirs, cflags)
+    build = _Build(name, sources, include_dirs, cflags, defines)
     if not build.done:
-        args = json.dumps([name, build.sources, list(map(str, include_dirs)), list(cflags)])
+        args = json.dumps([name, build.sources, list(map(str, include_dirs)), list(cflags),
+                           list(defines)])
         code = ("import json, sys; from accelkit.core.cpp import load_extension; "
-                "n, s, i, c = json.loads(sys.argv[1]); load_extension(n, s, include_dirs=i, cflags=c)")
+                "n, s, i, c, d = json.loads(sys.argv[1]); "
+                "load_extension(n, s, include_dirs=i, cflags=c, defines=d)")
         proc = subprocess.run([sys.executable, "-c", code, args], stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
         sys.stderr.write(proc.stdout)

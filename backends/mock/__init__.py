@@ -13,7 +13,7 @@ registered another PrivateUse1 device gets an error naming it.
 
 from __future__ import annotations
 
-from accelkit.backends.mock_spec import EXTENSIONS
+from accelkit.backends.mock_spec import extensions
 from accelkit.core import load_extension, register_accelerator
 from accelkit.core.compiler import HostKernels
 from accelkit.core.device_module import build_device_module
@@ -23,7 +23,7 @@ DEVICE_NAME = "mock"
 #: The collective library registered for the device.
 COLLECTIVE_BACKEND = "mockccl"
 
-_C = load_extension(**EXTENSIONS["device"])
+_C = load_extension(**extensions()["device"])
 if _C.config_error():
     raise ValueError(_C.config_error())
 

@@ -35,10 +35,10 @@ def extension():
     """The ``accelkit_mock_mockccl`` module, compiled on first use (about a minute), loaded once
     per process."""
     import torch.distributed  # noqa: F401  (registers c10d.Backend, the bound base class)
-    from accelkit.backends.mock_spec import EXTENSIONS
+    from accelkit.backends.mock_spec import extensions
     from accelkit.core.cpp import load_extension
 
-    return load_extension(**EXTENSIONS["mockccl"])
+    return load_extension(**extensions()["mockccl"])
 
 
 def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVICE):

@@ -2,6 +2,7 @@
 #include "allocator.h"
 
 #include "events.h"
+#include "faults.h"
 
 #include <c10/util/Exception.h>
 
@@ -266,6 +267,9 @@ void DeviceAllocator::emptyCache(c10::MempoolId_t /*pool*/) {
 }
 
 void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("record_stream_ignored")) return;
+#endif
   auto* block = static_cast<Block*>(ptr.get_context());
   if (block == nullptr || block->owner || ptr.get_deleter() != &delete_block) return;
   if (stream.id() == block->stream) return;

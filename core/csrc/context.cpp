@@ -1,6 +1,7 @@
 // The device context (<accelkit/context.h>) and the registered runtime (<accelkit/runtime.h>).
 #include <accelkit/context.h>
 
+#include "faults.h"
 #include "registry.h"
 
 #include <c10/core/Device.h>
@@ -35,7 +36,12 @@ std::string device_name() { return c10::get_privateuse1_backend(); }
 
 int device_count() noexcept { return g_device_count; }
 
-bool initialized() noexcept { return g_initialized.load(); }
+bool initialized() noexcept {
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("is_initialized_always")) return true;
+#endif
+  return g_initialized.load();
+}
 
 void mark_initialized() noexcept { g_initialized = true; }
 
@@ -54,6 +60,9 @@ int current_device() noexcept { return t_current_device; }
 void set_current_device(int index) {
   check_device_index(index);
   mark_initialized();
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("set_device_ignored")) return;
+#endif
   if (t_current_device != index) {
     runtime().set_device(index);
     t_current_device = index;

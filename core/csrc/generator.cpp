@@ -1,6 +1,8 @@
 // The Philox generator's state and the default generators (<accelkit/generator.h>).
 #include <accelkit/generator.h>
 
+#include "faults.h"
+
 #include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>
 
@@ -22,13 +24,20 @@ uint64_t PhiloxGenerator::seed() {
 }
 
 c10::intrusive_ptr<c10::TensorImpl> PhiloxGenerator::get_state() const {
+  int64_t bytes = kStateBytes;
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("rng_state_24_bytes")) bytes = kStateBytes + 8;
+#endif
   // empty_cpu, not at::empty: no dispatch, so FakeTensorMode cannot intercept it.
-  auto state = at::detail::empty_cpu({kStateBytes}, at::kByte, std::nullopt, std::nullopt,
+  auto state = at::detail::empty_cpu({bytes}, at::kByte, std::nullopt, std::nullopt,
                                      std::nullopt, std::nullopt);
   auto* p = state.data_ptr<uint8_t>();
   const int64_t offset = static_cast<int64_t>(offset_);
   std::memcpy(p, &seed_, 8);
   std::memcpy(p + 8, &offset, 8);
+#ifdef ACCELKIT_FAULTS
+  std::memset(p + kStateBytes, 0, bytes - kStateBytes);
+#endif
   return state.getIntrusivePtr();
 }
 
@@ -36,7 +45,11 @@ void PhiloxGenerator::set_state(const c10::TensorImpl& state) {
   TORCH_CHECK(state.device().is_cpu() && state.dtype() == at::kByte,
               "RNG state must be a torch.ByteTensor on the CPU, got ", state.dtype(), " on ",
               state.device());
-  TORCH_CHECK(state.numel() == kStateBytes, "Expected a ", device_name(), " RNG state of ",
+  bool accepted = state.numel() == kStateBytes;
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("rng_state_24_bytes")) accepted = state.numel() == kStateBytes + 8;
+#endif
+  TORCH_CHECK(accepted, "Expected a ", device_name(), " RNG state of ",
               kStateBytes, " bytes (uint64 seed, int64 offset), got ", state.numel(), " bytes");
   TORCH_CHECK(state.is_contiguous(), "RNG state must be contiguous");
   const auto* p = static_cast<const uint8_t*>(state.data());

@@ -6,6 +6,7 @@
 #include <accelkit/host_tensor.h>
 
 #include "allocator.h"
+#include "faults.h"
 #include "registry.h"
 
 #include <ATen/ATen.h>
@@ -122,6 +123,34 @@ at::Tensor& set_empty(at::Tensor& self) {
   return set_storage_offset(self, std::move(empty), 0, size, stride);
 }
 
+#ifdef ACCELKIT_FAULTS
+// The copy_strided_as_dense fault: a copy of one dtype and element count between tensors of
+// different strides, done as one copy of numel elements from each tensor's first element
+// (when both storages hold that many bytes). Returns false where the fault does not apply.
+bool copy_as_dense(const at::Tensor& self, const at::Tensor& dst) {
+  if (self.dtype() != dst.dtype() || self.numel() != dst.numel() ||
+      self.strides() == dst.strides()) {
+    return false;
+  }
+  const size_t item = self.dtype().itemsize();
+  const size_t nbytes = static_cast<size_t>(self.numel()) * item;
+  auto fits = [&](const at::Tensor& t) {
+    return t.storage().nbytes() >= static_cast<size_t>(t.storage_offset()) * item + nbytes;
+  };
+  if (!fits(self) || !fits(dst)) return false;
+  Runtime& rt = runtime();
+  const bool from_device = is_device(self), to_device = is_device(dst);
+  const int device = to_device ? dst.device().index() : self.device().index();
+  const int64_t stream = current_stream(device);
+  rt.copy_async(static_cast<char*>(dst.storage().mutable_data()) + dst.storage_offset() * item,
+                to_device ? device : kHost,
+                static_cast<const char*>(self.storage().data()) + self.storage_offset() * item,
+                from_device ? self.device().index() : kHost, nbytes, device, stream);
+  if (!to_device) rt.stream_synchronize(device, stream);
+  return true;
+}
+#endif
+
 // copy_ with a device tensor on one side (torch routes every such copy here). In stream order
 // on the current stream of the destination's device (the source's, for a copy to the host):
 // a copy to the host waits for it, unless non_blocking into pinned memory (as CUDA); a copy
@@ -130,6 +159,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
   Runtime& rt = runtime();
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("copy_strided_as_dense") && copy_as_dense(self, dst)) return dst;
+#endif
   const bool from_device = is_device(self), to_device = is_device(dst);
   if (rt.host_accessible() && !rt.async()) {  // everything is done: plain host memory
     at::Tensor src = from_device ? host_view(self) : self;

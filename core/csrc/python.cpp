@@ -4,6 +4,7 @@
 #include <accelkit/python.h>
 
 #include "allocator.h"
+#include "faults.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/utils/pybind.h>
@@ -76,6 +77,15 @@ void bind_device(pybind11::module_& m) {
                         stream_id);
     c10::impl::getDeviceGuardImpl(kDeviceType)->exchangeStream(s);
   });
+#ifdef ACCELKIT_FAULTS
+  // A fault build (faults.h): the faults it has, as (name, story) pairs, and the one in effect.
+  m.def("_faults", [] {
+    py::list out;
+    for (const auto& fault : faults::all()) out.append(py::make_tuple(fault.name, fault.story));
+    return out;
+  });
+  m.def("_fault", [] { return faults::current(); });
+#endif
 }
 
 }  // namespace accelkit

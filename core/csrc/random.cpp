@@ -12,6 +12,7 @@
 #include <accelkit/host_tensor.h>
 #include <accelkit/philox.h>
 
+#include "faults.h"
 #include "registry.h"
 
 #include <ATen/ATen.h>
@@ -46,6 +47,10 @@ at::Tensor& fill(at::Tensor& self, const std::optional<at::Generator>& gen, cons
     std::lock_guard<std::mutex> lock(g->mutex_);
     seed = g->current_seed();
     offset = g->reserve(static_cast<uint64_t>(self.numel()));
+#ifdef ACCELKIT_FAULTS
+    if (faults::active("rng_offset_not_advanced")) g->set_offset(offset);
+    if (faults::active("rng_offset_unrounded")) g->set_offset(offset + self.numel());
+#endif
   }
   if (self.numel() == 0) return self;
   if (runtime().host_accessible() && self.is_contiguous()) {

@@ -2,6 +2,9 @@
 #include <accelkit/c10d/backend.h>
 #include <accelkit/runtime.h>
 
+#include "../faults.h"
+#include "faulty_transport.h"
+
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
@@ -55,6 +58,9 @@ QueuedWork::QueuedWork(int rank, ::c10d::OpType type, const char* name, uint64_t
 
 bool QueuedWork::wait(std::chrono::milliseconds timeout) {
   if (!async_device(device_)) return ::c10d::Work::wait(timeout);
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("work_wait_unordered")) return true;
+#endif
   const c10::Stream stream = current_stream_of(*device_);
   const std::string what = "waiting for " + name_;
   device_runtime()->launch(device_->index(), stream.id(), what.c_str(),
@@ -146,6 +152,9 @@ TransportBackend::TransportBackend(Connect connect, const c10::intrusive_ptr<::c
       timeout_(timeout),
       device_type_(device_type),
       name_(std::move(name)) {
+#ifdef ACCELKIT_FAULTS
+  transport_ = with_faults(std::move(transport_));
+#endif
   init();
 }
 
@@ -751,6 +760,17 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
     ready = std::make_shared<c10::Event>(device->type());
     ready->record(current_stream_of(*device));
   }
+#ifdef ACCELKIT_FAULTS
+  // collective_skips_producers: an event never recorded, which a wait passes at once.
+  if (ready && faults::active("collective_skips_producers")) {
+    ready = std::make_shared<c10::Event>(device->type());
+  }
+  // The worker runs the call with the fault of its issue.
+  run = [run = std::move(run), fault = faults::current()](const CallInfo& c, QueuedWork& w) {
+    faults::Scope scope(fault);
+    run(c, w);
+  };
+#endif
   ++pending_;
   try {
     worker.submit([this, &worker, work, call, run = std::move(run), device, ready]() {

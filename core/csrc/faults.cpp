@@ -1,0 +1,75 @@
+// Fault injection for accelkit's mutation tests (faults.h); empty unless -DACCELKIT_FAULTS.
+#include "faults.h"
+
+#ifdef ACCELKIT_FAULTS
+
+#include <cstdlib>
+
+namespace accelkit::faults {
+namespace {
+thread_local const std::string* t_scoped = nullptr;
+}  // namespace
+
+const std::vector<Fault>& all() {
+  static const std::vector<Fault> faults = {
+      {"unreduced_above_4kib",
+       "all_reduce, reduce and reduce_scatter of inputs above 4 KiB return the input unreduced "
+       "(a large-message protocol that never combines the ranks' data)"},
+      {"bfloat16_reduced_as_float16",
+       "reductions of bfloat16 run the float16 kernel (one case for both 16-bit floats)"},
+      {"chunk_boundary_off_by_one",
+       "the first element of every 512 KiB round after the first is not written (each later "
+       "round starts one element late)"},
+      {"reduction_drops_last_rank",
+       "SUM reductions leave out the last rank's contribution (a ring one hop short)"},
+      {"broadcast_from_rank0", "broadcast sends rank 0's data whatever the root"},
+      {"allgather_stale_result",
+       "all_gather returns the previous result of the same size (a cached staging buffer "
+       "reused without being refilled)"},
+      {"rng_offset_not_advanced",
+       "random kernels do not advance the generator's offset (every op repeats the numbers)"},
+      {"rng_offset_unrounded",
+       "random kernels advance the offset by numel, not ceil4(numel) (Philox draws four "
+       "values per counter)"},
+      {"rng_state_24_bytes",
+       "get_rng_state is 24 bytes (seed, offset, a spare counter), not the 16 torch's tracker "
+       "reads"},
+      {"is_initialized_always",
+       "is_initialized() is True before the device is used (DeviceMesh then never selects "
+       "each rank's device)"},
+      {"set_device_ignored",
+       "set_device(i) validates i but leaves the current device unchanged"},
+      {"copy_strided_as_dense",
+       "the copy kernel copies strided tensors as if dense whenever dtype and element count "
+       "match (one memcpy, strides ignored)"},
+      {"work_wait_unordered",
+       "Work.wait() returns without making the current stream wait for the collective"},
+      {"record_stream_ignored",
+       "Tensor.record_stream does nothing: memory freed while another stream still reads it "
+       "is handed out again at once"},
+      {"collective_skips_producers",
+       "a collective starts without waiting for the queued work that produces its inputs"},
+      {"transport_reads_device_memory",
+       "the transport checksums its input by reading device memory directly (works only "
+       "where device memory is host memory)"},
+  };
+  return faults;
+}
+
+std::string current() {
+  if (t_scoped != nullptr) return *t_scoped;
+  const char* value = std::getenv("ACCELKIT_FAULT");
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+bool active(const char* name) { return current() == name; }
+
+Scope::Scope(std::string fault) : fault_(std::move(fault)), previous_(t_scoped) {
+  t_scoped = &fault_;
+}
+
+Scope::~Scope() { t_scoped = previous_; }
+
+}  // namespace accelkit::faults
+
+#endif  // ACCELKIT_FAULTS
