@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,52 +32,6 @@ FIXTURES = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 
 import mutant_faults  # noqa: E402  (tests/fixtures)
-
-MODULE = """\
-import sys
-sys.path.insert(0, {fixtures!r})
-import mutant_faults
-mutant_faults.wrap(__name__, {plan!r}, {world_size})
-"""
-
-CAUGHT = ("fail", "error", "timeout", "crash")
-
-
-def run_mode(mode: str, faults: list[str], ids: list[str], world_size: int, folder: Path,
-             timeout: float) -> tuple[dict, float]:
-    """One conformance run of ``ids`` under each of ``faults`` and the control, in ``mode``:
-    (fault -> check id -> outcome, seconds)."""
-    area = f"mutants_{mode}"
-    module = folder / f"{area}.py"
-    plan = [(fault, ids) for fault in [mutant_faults.CONTROL, *faults]]
-    module.write_text(MODULE.format(fixtures=str(FIXTURES), plan=plan, world_size=world_size))
-    report_dir = folder / f"report_{mode}"
-    argv = [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
-            "--no-builtin-checks", "--checks-module", str(module), "--world-size",
-            str(world_size), "--timeout", str(timeout), "--report-dir", str(report_dir)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-           **mutant_faults.FAULT_BUILD, **mutant_faults.MODES[mode]}
-    started = time.monotonic()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    seconds = time.monotonic() - started
-    report_file = report_dir / "report.json"
-    if proc.returncode not in (0, 1) or not report_file.exists():
-        raise SystemExit(f"conformance run for mode {mode} failed (exit {proc.returncode}):\n"
-                         f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    outcomes: dict[str, dict[str, str]] = {}
-    for entry in json.loads(report_file.read_text())["checks"]:
-        fault, cid = mutant_faults.unwrap(entry["id"])
-        outcomes.setdefault(fault, {})[cid] = entry["outcome"]
-    return outcomes, seconds
-
-
-def score(outcomes: dict[str, dict[str, str]]) -> dict[str, list[str]]:
-    """fault -> the checks that catch it: not passing with the fault on, passing in the
-    control."""
-    control = outcomes.get(mutant_faults.CONTROL, {})
-    return {fault: sorted(cid for cid, outcome in by_check.items()
-                          if outcome in CAUGHT and control.get(cid) == "pass")
-            for fault, by_check in outcomes.items() if fault != mutant_faults.CONTROL}
 
 
 def markdown(rows: list[dict]) -> str:
@@ -117,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
             chosen = [f for f in faults if mutant_faults.MUTANTS[f] == mode or mode == "default"]
             if not chosen:
                 continue
-            outcomes, seconds = run_mode(mode, chosen, ids, args.world_size, folder, args.timeout)
+            plan = [(fault, ids) for fault in [mutant_faults.CONTROL, *chosen]]
+            started = time.monotonic()
+            outcomes = mutant_faults.run(mode, plan, args.world_size, folder, args.timeout)
+            seconds = time.monotonic() - started
             runs[mode] = {"seconds": round(seconds, 1), "faults": chosen,
                           "checks": sum(len(v) for v in outcomes.values()),
                           "control_not_passing": sorted(
@@ -125,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                               if o != "pass")}
             print(f"mode {mode}: {len(chosen)} faults x {len(ids)} checks + control in "
                   f"{seconds:.0f} s", file=sys.stderr)
-            for fault, caught in score(outcomes).items():
+            for fault, caught in mutant_faults.caught(outcomes).items():
                 own = mutant_faults.MUTANTS[fault] == mode
                 rows.append({"fault": fault, "mode": mode, "caught_by": caught})
                 if own and not caught:

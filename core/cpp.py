@@ -120,6 +120,7 @@ class _Library:
         headers = sorted([*Path(include_dir()).rglob("*.h"), *_csrc_dir().rglob("*.h")])
         self.flags = [*LIBRARY_CFLAGS, *_define_flags(defines), f"-I{include_dir()}",
                       f"-I{_csrc_dir()}"]
+        self.defines = tuple(defines)
         self.name = _variant("libaccelkit", defines)
         digest = _digest([*self.sources, *headers], self.flags)
         self.dir = cache_root() / f"{self.name}-{digest}"
@@ -128,6 +129,29 @@ class _Library:
     @property
     def done(self) -> bool:
         return self.path.exists() and (self.dir / "ok").exists()
+
+    @staticmethod
+    def _object(src: Path) -> str:
+        return "obj/" + src.relative_to(_csrc_dir()).with_suffix(".o").as_posix()
+
+    def _reused(self) -> dict[Path, Path]:
+        """Objects of the default build (when it is built) that this build with defines takes
+        as they are: those of sources that neither they nor the layer's headers they include
+        mention a defined macro (they compile the same; the fault build recompiles only the
+        files with fault points)."""
+        if not self.defines:
+            return {}
+        base = _Library()
+        if not base.done:
+            return {}
+        names = [define.split("=", 1)[0] for define in self.defines]
+        reused = {}
+        for src in self.sources:
+            files = [src, *_included([src], [include_dir(), str(_csrc_dir())])]
+            if not any(re.search(rf"\b{name}\b", f.read_text(errors="replace"))
+                       for f in files for name in names):
+                reused[src] = base.dir / self._object(src)
+        return reused
 
     def build(self) -> None:
         """Compile every source (ninja, in parallel) and archive them, under the cache lock."""
@@ -147,14 +171,19 @@ class _Library:
                      "  depfile = $out.d", "  deps = gcc", "rule ar",
                      "  command = rm -f $out && ar rcs $out $in"]
             objects = []
+            reused = self._reused()
             for src in self.sources:
-                obj = "obj/" + src.relative_to(_csrc_dir()).with_suffix(".o").as_posix()
+                if src in reused:
+                    objects.append(shlex.quote(str(reused[src])))
+                    continue
+                obj = self._object(src)
                 objects.append(obj)
                 lines.append(f"build {obj}: cxx {shlex.quote(str(src))}")
             lines += [f"build libaccelkit.a: ar {' '.join(objects)}", "default libaccelkit.a", ""]
             (self.dir / "build.ninja").write_text("\n".join(lines))
             ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
-            print(f"accelkit: building the C++ layer ({self.name}, {len(self.sources)} files) "
+            print(f"accelkit: building the C++ layer ({self.name}, "
+                  f"{len(self.sources) - len(reused)} files) "
                   f"for torch {_torch_version()} in {self.dir} (first use; about a minute)",
                   file=sys.stderr, flush=True)
             start = time.monotonic()

@@ -26,7 +26,7 @@ PACKAGE = "accelkit.conformance.checks"
 DESIGN_PR_COVERAGE: dict[str, dict[str, tuple[str, ...]]] = {
     "103235": {
         "the tracker keeps RNG state as a ByteTensor (16-byte Philox seed + offset)":
-            ("rng.state_layout", "rng.supported"),
+            ("rng.state_layout", "rng.supported", "rng.offset_rounding"),
         "_distribute_region runs every random DTensor op (OffsetBasedRNGTracker is the default)":
             ("rng.tracker_type", "rng.offset_advance", "dtensor.factory_random"),
         "the default policy: shards get distinct streams, replicas equal ones":
@@ -108,8 +108,9 @@ FLOOR: dict[str, tuple[str, ...]] = {
                 "from_local_run_check", "submesh_non_members", "meta_to_empty", "save_load",
                 "large_redistribute", "large_partial"),
     "rng": ("supported", "state_layout", "manual_seed_sync", "tracker_type", "offset_advance",
-            "shard_distinct", "replicate_equal", "mesh_2d", "determinism", "offset_exact", "dropout",
-            "user_generator", "fork_rng", "run_state_sync", "init_weights", "submesh"),
+            "shard_distinct", "replicate_equal", "mesh_2d", "determinism", "offset_exact",
+            "offset_rounding", "dropout", "user_generator", "fork_rng", "run_state_sync",
+            "init_weights", "submesh"),
     "tp": ("colwise", "rowwise", "mlp", "sequence_parallel", "prepare_module_io",
            "dict_plan_wildcards", "ambient_mesh", "feedforward_in_init", "partial_output",
            "plan_none_warns", "no_mesh_raises", "transformer_block", "dropout_deterministic",

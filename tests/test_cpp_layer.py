@@ -144,6 +144,23 @@ def test_cpp_sources_compile_once_into_the_library():
                                                                   CORE_CSRC.glob("*.cpp")}
 
 
+def test_defines_give_a_build_of_their_own():
+    """library(defines=...) is another cache entry (never pruned for the default one), a
+    malformed macro is refused with what to write, and the objects taken from the default
+    build are only those of sources that mention no defined macro."""
+    from accelkit.core.cpp import _Library
+
+    default, faults = _Library(), _Library(("ACCELKIT_FAULTS",))
+    assert default.dir.name.startswith("libaccelkit-")
+    assert faults.dir.name.startswith("libaccelkit+ACCELKIT_FAULTS-")
+    assert "-DACCELKIT_FAULTS" in faults.flags and "-DACCELKIT_FAULTS" not in default.flags
+    with pytest.raises(ValueError, match="NAME or NAME=VALUE"):
+        _Library(("-O0; rm",))
+    with_fault_points = {p for p in CORE_CSRC.rglob("*.cpp") if "ACCELKIT_FAULTS" in p.read_text()}
+    assert {"faults.cpp", "faulty_transport.cpp", "backend.cpp"} <= {p.name for p in with_fault_points}
+    assert not set(faults._reused()) & with_fault_points
+
+
 def _tsan_binary() -> Path:
     """tests/cpp/transport_stress.cpp built with -fsanitize=thread (cached by source hash)."""
     import hashlib

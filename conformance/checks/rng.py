@@ -248,6 +248,26 @@ def offset_exact(ctx):
     assert_equal(full, reference, "Shard(0) random DTensor vs the single-device op")
 
 
+@check(requires=TRACKER + ("offset-exact",))
+def offset_rounding(ctx):
+    """For an offset-exact backend a device random op of n elements advances the generator by
+    ceil4(n) also when n is not a multiple of 4 (Philox draws four values per counter): after
+    torch.rand(5) the offset is 8, and torch.rand(5) then torch.rand(3) draw elements 0..4 and
+    8..10 of one torch.rand(12) at the same seed — the offsets the tracker computes for shards
+    and after each op (torch.distributed.tensor._random, PR 103235)."""
+    torch.manual_seed(77)
+    first = torch.rand(5, device=ctx.device)
+    seed, offset = _device_seed_offset(ctx)
+    assert (seed, offset) == (77, 8), (
+        f"after torch.rand(5): (seed, offset) ({seed}, {offset}), expected (77, 8): ceil4(5)")
+    second = torch.rand(3, device=ctx.device)
+    torch.manual_seed(77)
+    whole = torch.rand(12, device=ctx.device).cpu()
+    assert_equal(first.cpu(), whole[:5], "torch.rand(5) vs elements 0..4 of torch.rand(12)")
+    assert_equal(second.cpu(), whole[8:11],
+                 "torch.rand(3) after torch.rand(5) vs elements 8..10 of torch.rand(12)")
+
+
 @check
 def dropout(ctx):
     """F.dropout on DTensors in training mode: a Replicate input gets the same mask on every

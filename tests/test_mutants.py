@@ -1,0 +1,81 @@
+"""The mutant matrix: the conformance catalogue catches every mutant of the mock's fault build.
+
+A mutant is the mock with one realistic bug switched on: the fault build
+(``ACCELKIT_MOCK_FAULTS=1``; ``core/csrc/faults.cpp`` lists the faults with their stories)
+runs with ``ACCELKIT_FAULT=<fault>``. Per mode of the mock one ``accelkit conformance`` run
+at 2 ranks runs, with each fault on, the catalogue checks that catch it (:data:`CATCHERS`, a
+cheap subset of the whole score that ``bench/mutants.py`` measures and bench/README.md
+records), and the same checks with no fault (the control, which must pass). The default run
+also holds the fault test of the asynchronous and discrete modes: their mutants pass there
+(the synchronous host-memory mock cannot see them) and are caught in their own mode.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
+
+import mutant_faults  # noqa: E402  (tests/fixtures)
+
+#: fault -> the catalogue checks that catch it in its mode, the cheapest of each mutant's
+#: catching checks in bench/README.md's "Mutation score" (2 ranks).
+CATCHERS: dict[str, tuple[str, ...]] = {
+}
+
+WORLD_SIZE = 2
+
+
+def test_every_mutant_has_catchers_and_the_build_lists_the_same_faults():
+    """The table covers every fault, and the fault build has exactly these faults."""
+    assert set(CATCHERS) == set(mutant_faults.MUTANTS)
+    code = ("from accelkit.backends import mock; "
+            "print(' '.join(name for name, _ in mock._C._faults()))")
+    env = {**__import__("os").environ, **mutant_faults.FAULT_BUILD,
+           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == list(mutant_faults.MUTANTS)
+
+
+def test_the_default_build_has_no_fault_code():
+    """The shipped build (library() and the mock's extensions without defines) holds none of the
+    fault points, which read ACCELKIT_FAULT; the fault build does."""
+    from accelkit.backends.mock_spec import EXTENSIONS, FAULT_DEFINES
+    from accelkit.core.cpp import _Build, library
+
+    default = [Path(library()), _Build(**EXTENSIONS["device"]).path,
+               _Build(**EXTENSIONS["mockccl"]).path]
+    for path in default:
+        if path.exists():
+            assert b"ACCELKIT_FAULT" not in path.read_bytes(), f"fault code in {path}"
+    assert b"ACCELKIT_FAULT" in Path(library(FAULT_DEFINES)).read_bytes()
+
+
+def _plan(mode: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The mode's mutants with their catchers; the default mode also runs the others' (the
+    fault test); the control runs every check used."""
+    faults = [f for f, m in mutant_faults.MUTANTS.items() if m == mode or mode == "default"]
+    used = tuple(dict.fromkeys(cid for f in faults for cid in CATCHERS[f]))
+    return [*((f, CATCHERS[f]) for f in faults), (mutant_faults.CONTROL, used)]
+
+
+@pytest.mark.parametrize("mode", list(mutant_faults.MODES))
+def test_every_mutant_is_caught_in_its_mode_and_only_there(mode, tmp_path):
+    outcomes = mutant_faults.run(mode, _plan(mode), WORLD_SIZE, tmp_path)
+    control = outcomes.pop(mutant_faults.CONTROL)
+    assert all(o == "pass" for o in control.values()), f"control (no fault): {control}"
+    for fault, by_check in outcomes.items():
+        caught = sorted(cid for cid, o in by_check.items() if o in mutant_faults.CAUGHT)
+        if mutant_faults.MUTANTS[fault] == mode:
+            assert caught, f"{fault} not caught in mode {mode}: {by_check}"
+            print(f"{fault} ({mode}): caught by {', '.join(caught)}")
+        else:  # the fault test: an async/discrete mutant passes the default mode
+            assert not caught, f"{fault} caught in mode {mode}, expected only in " \
+                               f"{mutant_faults.MUTANTS[fault]}: {by_check}"
+            print(f"{fault} ({mode}): passes, as expected")
