@@ -18,11 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from _ranks import run_ranks
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MIB = 1 << 20
@@ -243,27 +244,12 @@ def main(argv=None) -> int:
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1 (the median of the rounds is reported), "
                      f"got {args.rounds}")
-    import subprocess
-
-    # Build the extensions once here, not in every rank at the same time.
-    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
-                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    raw = args.out / "collectives.json"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(args.ranks),
-                               str(port), str(raw), str(args.max_mib * MIB), str(args.min_bytes),
-                               args.collectives, str(args.rounds)], env=env)
-             for r in range(args.ranks)]
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        print(f"rank exit codes {codes}", file=sys.stderr)
+    raw = args.out / "collectives.json"
+    data = run_ranks(__file__, args.ranks, raw, str(args.max_mib * MIB), str(args.min_bytes),
+                     args.collectives, str(args.rounds))
+    if data is None:
         return 2
-    data = json.loads(raw.read_text())
     text, ok = report(data)
     print(text)
     plot(data, args.out / "collectives.png")

@@ -23,11 +23,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import sys
 import time
 from pathlib import Path
+
+from _ranks import run_ranks
 
 LAYOUTS = ("fsdp2", "fsdp2_tp")
 DEVICES = ("mock", "cpu")
@@ -255,27 +256,13 @@ def main(argv=None) -> int:
     tp = args.ranks // 2
     if args.heads % tp or args.vocab % tp or args.hidden % tp:
         parser.error(f"--heads, --vocab and --hidden must be multiples of the TP size {tp}")
-    import subprocess
-
-    # Build the extensions once here, not in every rank at the same time.
-    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
-                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
-    args.out.mkdir(parents=True, exist_ok=True)
-    raw = args.out / "training.json"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     opts = {k: getattr(args, k) for k in ("rounds", "steps", "warmup", "dim", "heads", "hidden", "layers",
                                           "vocab", "seq", "batch", "profile")}
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
-    procs = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), str(args.ranks), str(port),
-                               str(raw), json.dumps(opts)], env=env) for r in range(args.ranks)]
-    codes = [p.wait() for p in procs]
-    if any(codes):
-        print(f"rank exit codes {codes}", file=sys.stderr)
+    data = run_ranks(__file__, args.ranks, args.out / "training.json", json.dumps(opts))
+    if data is None:
         return 2
-    data = json.loads(raw.read_text())
+    raw = args.out / "training.json"
     text, ok = report(data)
     print(text)
     plot(data, args.out / "training.png")

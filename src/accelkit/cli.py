@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(module.run(args) or 0)
+        status = int(module.run(args) or 0)
+        sys.stdout.flush()  # a short output still sits in the buffer: fail here, not at exit
+        return status
     except BrokenPipeError:  # `accelkit ... | head`: the reader went away
         return _stdout_closed()
 

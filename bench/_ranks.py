@@ -1,0 +1,32 @@
+"""What the multi-process benchmarks share: build the mock's extensions once, then run a
+script's ranks on one host (``<script> --rank R N PORT RESULT [args...]``) and read the JSON
+result rank 0 writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
+    """The result of ``ranks`` processes of ``script`` (None, with the exit codes printed,
+    when a rank failed)."""
+    # Build the extensions once here, not in every rank at the same time.
+    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
+                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
+    result.parent.mkdir(parents=True, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, script, "--rank", str(r), str(ranks), str(port),
+                               str(result), *args], env=env) for r in range(ranks)]
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        print(f"rank exit codes {codes}", file=sys.stderr)
+        return None
+    return json.loads(result.read_text())
