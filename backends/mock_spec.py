@@ -115,6 +115,7 @@ SPEC = BackendSpec(
     probe=_probe,
     prepare=_prepare,
     settings=_settings,
+    expectations=_CSRC.parent / "expectations.toml",
     capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True,
                               inductor=True),
 )

@@ -250,6 +250,8 @@ def test_a_hanging_file_is_killed_with_its_children_and_a_broken_one_reported(tm
     assert broken["status"] == "collect-error"
     assert "No module named 'accelkit_no_such_module_for_the_fixture'" in \
         broken["collect_errors"][0]["reason"]
+    assert broken["counts"]["error"] == 1
+    assert _by_id(report)["test_import_error_fixture.py"]["outcome"] == "error"
     assert "test_hangs_fixture.py: timeout" in proc.stdout
 
 
@@ -480,3 +482,37 @@ def test_records_are_attributed_to_tests(tmp_path):
     assert report.foreign == [tests["t.py::D::test_c"]] and not report.ok()  # strict
     assert report.files[0].unattributed_groups[0]["backend"] == "mock:mockccl"
     assert report.files[0].recorder_errors == ["ValueError: boom"]
+
+
+def test_a_file_that_does_not_collect_is_an_error_in_the_counts_and_junit(tmp_path):
+    """A collection error (an import of a newer torch's name, a syntax error) is one ERROR test
+    named by the file's node id: the summary, the file's counts and junit.xml show it, not
+    only the file's status (a CI reading junit.xml would otherwise see nothing fail)."""
+    from accelkit.conformance.upstream import bridge
+    from accelkit.conformance.upstream.report import UpstreamReport, add_file, to_json
+    from accelkit.conformance.upstream.runner import FileRun, _read_results
+    from accelkit.core import registry
+
+    run = FileRun("t.py", tmp_path)
+    run.records.mkdir()
+    run.exit_code = 2
+    results = tmp_path / "results.jsonl"
+    results.write_text("\n".join(json.dumps(x) for x in [
+        {"kind": "collect_error", "nodeid": "t.py",
+         "reason": "ImportError: cannot import name 'Newer' from 'torch.testing'",
+         "details": "Traceback ..."},
+        {"kind": "collected", "tests": [], "matched": {}}]))
+    _read_results(run, results, 60.0)
+    assert run.status == "collect-error"
+    report = UpstreamReport(spec=registry.get("cpu"), torch="2.13.0", started="t", root="r",
+                            kind="folder", version=None, strict=False)
+    add_file(report, run, None)
+    (test,) = report.tests
+    assert (test.nodeid, test.outcome) == ("t.py", "error")
+    assert test.reason == ("collection error: ImportError: cannot import name 'Newer' from "
+                           "'torch.testing'")
+    assert report.counts()["error"] == 1 and not report.ok()
+    assert to_json(report)["files"][0]["counts"]["error"] == 1
+    bridge.write_junit(report, tmp_path / "junit.xml")
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert (suite.get("tests"), suite.get("errors")) == ("1", "1")

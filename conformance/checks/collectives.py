@@ -161,6 +161,26 @@ def all_gather_into_tensor(ctx):
 
 
 @check
+def all_gather_in_place(ctx):
+    """all_gather_into_tensor whose input is this rank's own slice of the output (rank r's
+    input starts r slices into it, rank 0's where the output starts), as FSDP2 all-gathers
+    parameters (torch.distributed.fsdp._fully_shard._fsdp_collectives.foreach_all_gather;
+    NCCL documents the in-place form): every slice holds its rank's data, for a small tensor
+    and one of 1 MiB (several transport rounds). A library that sizes or aliases buffers by
+    the input's address alone overruns or mixes them here."""
+    ws = ctx.world_size
+    for numel in (17, 1 << 18):
+        every = [rank_input((numel,), r, 33, torch.float32) for r in range(ws)]
+        out = torch.zeros(ws * numel, device=ctx.device)
+        mine = out.narrow(0, ctx.rank * numel, numel)
+        mine.copy_(every[ctx.rank])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            dist.all_gather_into_tensor(out, mine)
+        assert_equal(out, torch.cat(every), f"in-place all_gather_into_tensor of {numel} elements")
+
+
+@check
 def reduce_scatter(ctx):
     """reduce_scatter from a list: rank r receives the sum over ranks of their r-th list entry
     (torch.distributed.reduce_scatter)."""

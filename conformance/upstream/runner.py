@@ -10,8 +10,9 @@ files) but not for the few upstream tests that bind a fixed TCP port; the defaul
 
 A file that outlives its timeout is killed with its whole process group (the ranks included)
 and mockccl's shared-memory segments of the killed processes are removed; its tests that did
-not finish are TIMEOUT, those of a pytest process that died are CRASH. Ctrl-C kills every
-running file the same way before it propagates.
+not finish are TIMEOUT, those of a pytest process that died are CRASH. A file (or class) that
+does not collect is one ERROR test named by its node id, so that the counts and junit.xml show
+it. Ctrl-C kills every running file the same way before it propagates.
 """
 
 from __future__ import annotations
@@ -145,6 +146,10 @@ def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
             run.status = "crash"
         else:
             run.status = "collect-error" if run.collect_errors else "pytest-error"
+    for error in run.collect_errors:  # a file (or class) that did not collect: one ERROR
+        run.tests.append({"nodeid": error["nodeid"] or run.path, "outcome": "error",
+                          "reason": f"collection error: {error['reason']}",
+                          "details": error["details"], "duration_s": 0.0, "expectation": None})
     done = {t["nodeid"] for t in run.tests}
     for test in run.collected:
         if test["nodeid"] in done:

@@ -158,7 +158,10 @@ class Staging {
     return host;
   }
   // A host address the collective writes `bytes` of device buffer `p` to (written back by
-  // finish()); the same host copy as in() for the same buffer (in-place collectives).
+  // finish()); the same host copy as in() for the same buffer of the same size (in-place
+  // all_reduce, broadcast). An input that is a slice of the output (the in-place all_gather
+  // FSDP2 issues: rank r's input is the output's r-th slice, so rank 0's starts where the
+  // output does) gets a copy of its own.
   void* out(void* p, size_t bytes) {
     if (runtime_ == nullptr || p == nullptr) return p;
     char* host = buffer(p, bytes);
@@ -177,16 +180,21 @@ class Staging {
     size_t bytes;
   };
   char* buffer(const void* p, size_t bytes) {
-    for (auto& [device, host] : buffers_) {
-      if (device == p) return host.get();
+    for (auto& b : buffers_) {
+      if (b.device == p && b.bytes == bytes) return b.host.get();
     }
-    buffers_.emplace_back(p, std::unique_ptr<char[]>(new char[bytes > 0 ? bytes : 1]));
-    return buffers_.back().second.get();
+    buffers_.push_back({p, bytes, std::unique_ptr<char[]>(new char[bytes > 0 ? bytes : 1])});
+    return buffers_.back().host.get();
   }
+  struct Buffer {
+    const void* device;
+    size_t bytes;
+    std::unique_ptr<char[]> host;
+  };
 
   accelkit::Runtime* runtime_;
   int device_;
-  std::vector<std::pair<const void*, std::unique_ptr<char[]>>> buffers_;
+  std::vector<Buffer> buffers_;
   std::vector<Write> writes_;
 };
 

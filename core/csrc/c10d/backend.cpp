@@ -79,18 +79,21 @@ int QueuedWork::sourceRank() const {
 }
 
 void QueuedWork::complete(std::exception_ptr error) {
-  if (error) {
-    future_->setError(error);
-  } else {
-    future_->markCompleted(c10::IValue(outputs_));
-  }
-  finish(error);
   {
     std::lock_guard<std::mutex> lock(completion_->mutex);
     completion_->done = true;
     completion_->error = error;
   }
   completion_->cv.notify_all();
+  finish(error);
+}
+
+void QueuedWork::complete_future(std::exception_ptr error) {
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
 }
 
 // -- OrderedWorker ------------------------------------------------------------------------------
@@ -198,7 +201,19 @@ void TransportBackend::close(bool force, const char* why) {
                       std::to_string(in_flight) + " operation(s) in flight");
   }
   for (OrderedWorker* worker : workers) worker->stop();
+  OrderedWorker* callbacks = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+    callbacks = callbacks_.get();
+  }
+  if (callbacks != nullptr) callbacks->stop();  // after the workers, which may still queue
   transport_->shutdown();
+}
+
+OrderedWorker& TransportBackend::callback_worker() {
+  std::lock_guard<std::mutex> lock(lifecycle_mutex_);
+  if (!callbacks_) callbacks_ = std::make_unique<OrderedWorker>();
+  return *callbacks_;
 }
 
 void TransportBackend::check_open(const char* name) const {
@@ -792,7 +807,19 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
         error = std::current_exception();
       }
       --pending_;
-      work->complete(error);
+      if (ready) {
+        // Asynchronous device: streams and the host may go on at once, but the future's
+        // callbacks run on a thread of their own. They may launch device work (DDP's
+        // fp16_compress_hook copies the reduced bucket back) that queues behind a stream's wait
+        // for a later collective of this group, which this worker must be free to run.
+        work->complete(error);
+        callback_worker().submit([work, error] { work->complete_future(error); });
+      } else {
+        // Synchronous device: the future first, so it is done whenever wait() returned (as
+        // ProcessGroupGloo does).
+        work->complete_future(error);
+        work->complete(error);
+      }
     });
   } catch (...) {
     --pending_;

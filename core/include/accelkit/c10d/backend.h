@@ -80,9 +80,11 @@ class QueuedWork : public ::c10d::Work {
 
   void set_source_rank(int rank) { source_rank_ = rank; }
 
-  // Called once by the worker: completes the future, then marks the Work done (waking
-  // wait()), so the future is done whenever wait() has returned (as ProcessGroupGloo does).
+  // Called once by the worker when the operation finished: marks it done for the waits queued
+  // on streams and for wait() on the host.
   void complete(std::exception_ptr error);
+  // Completes the future, which runs its callbacks on the calling thread.
+  void complete_future(std::exception_ptr error);
 
  private:
   // Completion as plain C++ state: what a wait queued on a stream holds (never the Work, whose
@@ -274,6 +276,9 @@ class TransportBackend : public ::c10d::Backend {
                                               std::vector<at::Tensor> outputs, Run run);
   // One worker per peer and direction (peer -1: receive from any source).
   OrderedWorker& p2p_worker(int peer, bool sending);
+  // The thread that completes the futures of operations on an asynchronous device (created on
+  // first use).
+  OrderedWorker& callback_worker();
   // shutdown() and abort(): abort the transport when `force` or operations are in flight.
   void close(bool force, const char* why);
 
@@ -285,8 +290,9 @@ class TransportBackend : public ::c10d::Backend {
   std::atomic<uint64_t> seq_{0};
   std::atomic<int64_t> pending_{0};
   std::atomic<bool> closed_{false};
-  std::mutex lifecycle_mutex_;  // guards p2p_ and the closing
+  std::mutex lifecycle_mutex_;  // guards p2p_, callbacks_ and the closing
   std::map<std::pair<int, bool>, std::unique_ptr<OrderedWorker>> p2p_;
+  std::unique_ptr<OrderedWorker> callbacks_;
   OrderedWorker collectives_;
 };
 
