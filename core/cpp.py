@@ -122,7 +122,9 @@ class _Library:
                       f"-I{_csrc_dir()}"]
         self.defines = tuple(defines)
         self.name = _variant("libaccelkit", defines)
-        digest = _digest([*self.sources, *headers], self.flags)
+        # The include folders' paths stay out of the key (their headers' contents are in it):
+        # every environment that installs this accelkit (tox's, a vendor's venv) shares a build.
+        digest = _digest([*self.sources, *headers], [*LIBRARY_CFLAGS, *_define_flags(defines)])
         self.dir = cache_root() / f"{self.name}-{digest}"
         self.path = self.dir / "libaccelkit.a"
 

@@ -25,6 +25,22 @@ import mutant_faults  # noqa: E402  (tests/fixtures)
 #: fault -> the catalogue checks that catch it in its mode, the cheapest of each mutant's
 #: catching checks in bench/README.md's "Mutation score" (2 ranks).
 CATCHERS: dict[str, tuple[str, ...]] = {
+    "unreduced_above_4kib": ("collectives.sweep_all_reduce_sum", "dtensor.large_partial"),
+    "bfloat16_reduced_as_float16": ("collectives.all_reduce_sum",),
+    "chunk_boundary_off_by_one": ("collectives.sweep_all_gather", "dtensor.large_redistribute"),
+    "reduction_drops_last_rank": ("collectives.all_reduce_sum",),
+    "broadcast_from_rank0": ("collectives.broadcast_every_root",),
+    "allgather_stale_result": ("collectives.sweep_all_gather", "dtensor.redistribute_1d"),
+    "rng_offset_not_advanced": ("rng.state_layout",),
+    "rng_offset_unrounded": ("rng.offset_rounding",),
+    "rng_state_24_bytes": ("rng.state_layout",),
+    "is_initialized_always": ("registration.device_handle_contract",),
+    "set_device_ignored": ("registration.accelerator_api",),
+    "copy_strided_as_dense": ("dtensor.redistribute_1d",),
+    "work_wait_unordered": ("collectives.async_work",),
+    "record_stream_ignored": ("streams.record_stream",),
+    "collective_skips_producers": ("streams.collective_ordering", "collectives.all_reduce_sum"),
+    "transport_reads_device_memory": ("collectives.all_reduce_sum",),
 }
 
 WORLD_SIZE = 2

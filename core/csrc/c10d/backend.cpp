@@ -79,13 +79,13 @@ int QueuedWork::sourceRank() const {
 }
 
 void QueuedWork::complete(std::exception_ptr error) {
+  finish(error);  // first: is_completed() holds once a stream's wait for it has passed
   {
     std::lock_guard<std::mutex> lock(completion_->mutex);
     completion_->done = true;
     completion_->error = error;
   }
   completion_->cv.notify_all();
-  finish(error);
 }
 
 void QueuedWork::complete_future(std::exception_ptr error) {
