@@ -69,11 +69,17 @@ def _cases(device: str) -> dict[str, tuple[Callable[[], object], int]]:
 TARGETS = {"add_1M_f32": 1.3, "matmul_1024": 1.1, "uniform_16M": 1.0, "add_8_tiny": 3.0,
            "alloc_free_4M": 1.5}
 
+#: The asynchronous mode's tiny op: a launch hands the kernel to the stream's thread (a queued
+#: closure that keeps the output's memory alive, a lock shared with that thread), which costs
+#: a few microseconds as a CUDA launch does; the other targets are the same in both modes.
+ASYNC_TARGETS = {**TARGETS, "add_8_tiny": 6.0}
+
 
 def run(repeat: int) -> dict[str, dict[str, float]]:
     """Median seconds per op on cpu and mock, interleaved per case, and the ratio."""
     torch.set_num_threads(1)
     cpu, mock = _cases("cpu"), _cases("mock")
+    targets = ASYNC_TARGETS if torch.mock.is_async() else TARGETS
     out = {}
     for name in cpu:
         fc, inner = cpu[name]
@@ -83,7 +89,7 @@ def run(repeat: int) -> dict[str, dict[str, float]]:
             tc.append(_median_seconds(fc, repeat, inner, lambda: None))
             tm.append(_median_seconds(fm, repeat, inner, torch.mock.synchronize))
         c, m = min(tc), min(tm)
-        out[name] = {"cpu_s": c, "mock_s": m, "ratio": m / c, "target": TARGETS[name]}
+        out[name] = {"cpu_s": c, "mock_s": m, "ratio": m / c, "target": targets[name]}
     return out
 
 
