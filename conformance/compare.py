@@ -6,7 +6,9 @@ baseline did not fail), what **newly passes** (PASS where the baseline did not p
 changed its outcome otherwise (e.g. PASS -> SKIP, FAIL -> ERROR, XFAIL -> PASS...), the
 checks only one side has, and the biggest changes in run time. Two runs of one backend show
 regressions; two backends (or two torch versions, two drivers) side by side show what one
-does that the other does not.
+does that the other does not. When the two runs' versions differ (torch, its build, accelkit,
+python, the backend's distribution), the comparison says so first ("changed with: torch
+2.13.0+cpu -> 2.15.0, ..."): the outcome changes are what changed with them.
 
 Output as text (default), Markdown (``--format markdown``, for a CI summary or a pull request)
 or JSON (``--format json``). Exit status: 0, or 1 when a later report newly fails a check (CI
@@ -60,6 +62,15 @@ class Comparison:
     only_in_baseline: list[str] = field(default_factory=list)
     only_in_other: list[str] = field(default_factory=list)
     time_changes: list[TimeChange] = field(default_factory=list)
+    #: What differs between the two runs' versions (torch, its build, accelkit, python, the
+    #: backend's distribution): "name": [baseline's, other's]. The outcome changes above are
+    #: what changed with them.
+    versions_changed: dict[str, list] = field(default_factory=dict)
+
+    def changed_with(self) -> str:
+        """``torch 2.13.0+cpu -> 2.15.0``-style text of :attr:`versions_changed`, or ''."""
+        return ", ".join(f"{name} {before} -> {after}"
+                         for name, (before, after) in self.versions_changed.items())
 
     @property
     def regressed(self) -> bool:
@@ -102,9 +113,23 @@ def compare(baseline: dict, other: dict, *, names: tuple[str, str] = ("A", "B"),
            if before[k]["ranks"] and after[k]["ranks"]]  # both ran (not decided without running)
     ran = [t for t in ran if abs(t.delta_s) >= MIN_TIME_CHANGE_S]
     result.time_changes = sorted(ran, key=lambda t: -abs(t.delta_s))[:top]
+    result.versions_changed = _versions_changed(baseline, other)
     for items in (result.newly_failing, result.newly_passing, result.changed):
         items.sort(key=lambda c: c.key)
     return result
+
+
+def _versions_changed(baseline: dict, other: dict) -> dict[str, list]:
+    def flat(report: dict) -> dict[str, str]:
+        versions = dict(report.get("versions") or {})
+        dist = versions.pop("backend_distribution", None)
+        if dist:
+            versions[dist["name"]] = dist["version"]
+        return {k: str(v) for k, v in versions.items() if v is not None}
+
+    before, after = flat(baseline), flat(other)
+    return {k: [before.get(k, "-"), after.get(k, "-")] for k in {**before, **after}
+            if before.get(k) != after.get(k)}
 
 
 def _outcome(value: str | None) -> str:
@@ -114,7 +139,10 @@ def _outcome(value: str | None) -> str:
 def to_text(comparisons: list[Comparison]) -> str:
     lines = []
     for c in comparisons:
-        lines += [f"baseline: {c.baseline}", f"compared: {c.other}", ""]
+        lines += [f"baseline: {c.baseline}", f"compared: {c.other}"]
+        if c.versions_changed:
+            lines.append(f"changed with: {c.changed_with()}")
+        lines.append("")
         for title, items in (("newly failing", c.newly_failing),
                              ("newly passing", c.newly_passing),
                              ("outcome changed", c.changed)):
@@ -150,8 +178,10 @@ def to_markdown(comparisons: list[Comparison], reports: list[dict] | None = None
         lines.append("")
     for c in comparisons:
         verdict = "❌ regressed" if c.regressed else "✅ no regression"
-        lines += [f"## {_md(c.other)}", "", f"against {_md(c.baseline)}: **{verdict}**", "",
-                  f"{len(c.newly_failing)} newly failing, {len(c.newly_passing)} newly passing, "
+        lines += [f"## {_md(c.other)}", "", f"against {_md(c.baseline)}: **{verdict}**", ""]
+        if c.versions_changed:
+            lines += [f"Changed with: {_md(c.changed_with())}", ""]
+        lines += [f"{len(c.newly_failing)} newly failing, {len(c.newly_passing)} newly passing, "
                   f"{len(c.changed)} other outcome changes", ""]
         changes = [("newly failing", ch) for ch in c.newly_failing] + \
                   [("newly passing", ch) for ch in c.newly_passing] + \

@@ -47,8 +47,10 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
+
+from accelkit.core.versions import version_matches
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -61,7 +63,6 @@ CATEGORIES = ("unsupported-op", "version-skew", "torch-limitation", "backend-bug
 _KEYS = {"status", "reason", "link", "torch"}
 _UPSTREAM_KEYS = _KEYS | {"category"}
 _TABLES = ("checks", "upstream")
-_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*$")
 
 
 class ExpectationsError(Exception):
@@ -94,29 +95,6 @@ def lookup(expectations: Mapping[str, Expectation], check_id: str,
     return expectations.get(f"{check_id}@{world_size}") or expectations.get(check_id)
 
 
-def _release(version: str) -> tuple[int, ...]:
-    match = re.match(r"\d+(?:\.\d+)*", version)
-    if not match:
-        raise ValueError(f"not a version: {version!r}")
-    parts = tuple(int(p) for p in match.group(0).split("."))
-    return parts + (0,) * (3 - len(parts))
-
-
-def version_matches(version: str, spec: str) -> bool:
-    """Whether ``version`` (e.g. ``2.13.0+cpu``) satisfies ``spec`` (e.g. ``>=2.13,<2.15``)."""
-    have = _release(version)
-    for clause in spec.split(","):
-        match = _CLAUSE.match(clause)
-        if not match:
-            raise ValueError(f"bad version clause {clause.strip()!r} (expected e.g. '>=2.13')")
-        op, want = match.group(1), _release(match.group(2))
-        ok = {">=": have >= want, "<=": have <= want, ">": have > want, "<": have < want,
-              "==": have == want, "!=": have != want}[op]
-        if not ok:
-            return False
-    return True
-
-
 @dataclass(frozen=True)
 class UpstreamExpectation:
     """One ``[upstream."PATTERN"]`` entry: tests whose node id matches ``pattern``."""
@@ -129,7 +107,26 @@ class UpstreamExpectation:
     torch: str | None = None
 
     def matches(self, node_id: str) -> bool:
-        return fnmatch.fnmatchcase(node_id, self.pattern)
+        """Whether ``node_id`` matches the pattern as a whole, or by the file's name and the
+        test id: a pattern written with checkout paths
+        (``test/distributed/tensor/test_random_ops.py::*``) matches the same file run from a
+        plain folder of test files (``test_random_ops.py::...`` or ``tensor/test_random_ops.py::...``)."""
+        if fnmatch.fnmatchcase(node_id, self.pattern):
+            return True
+        path, sep, test = node_id.partition("::")
+        _, pattern_sep, test_pattern = self.pattern.partition("::")
+        return bool(sep and pattern_sep) and self._file_matches(path) \
+            and fnmatch.fnmatchcase(test, test_pattern)
+
+    def applies_to_file(self, path: str) -> bool:
+        """Whether the pattern can match tests of the file at ``path`` (relative to
+        ``--tests``): by the whole path or by the file's name."""
+        return self._file_matches(path)
+
+    def _file_matches(self, path: str) -> bool:
+        file_pattern = self.pattern.partition("::")[0]
+        return fnmatch.fnmatchcase(path, file_pattern) or fnmatch.fnmatchcase(
+            PurePosixPath(path).name, PurePosixPath(file_pattern).name)
 
     def to_dict(self) -> dict:
         return {"pattern": self.pattern, "status": self.status, "reason": self.reason,

@@ -25,13 +25,16 @@ def _version(distribution: str) -> str | None:
 
 
 def versions(spec: BackendSpec) -> dict:
-    """accelkit's, torch's and Python's versions, and the distribution that provides the
-    backend (name and version), read from the installed metadata (nothing imported)."""
+    """accelkit's, torch's (and what it was built for: CPU, CUDA x.y) and Python's versions,
+    and the distribution that provides the backend (name and version), read from the
+    installed metadata (nothing imported)."""
     from accelkit.core import registry
 
     dist = registry.distribution(spec.name)
+    from accelkit.core.versions import torch_build
+
     return {"accelkit": _version("accelkit"), "torch": _version("torch"),
-            "python": platform.python_version(),
+            "torch_build": torch_build(), "python": platform.python_version(),
             "backend_distribution": {"name": dist, "version": _version(dist)} if dist else None}
 
 

@@ -12,7 +12,8 @@ JUnit (the CLI's and the pytest plugin's alike) as ``classname="accelkit.conform
 
 ``report.json`` (``"schema": "accelkit.conformance/2"``) holds: ``backend`` (name, device type,
 collective backend, process-group backend string, capabilities, origin), ``versions``
-(accelkit, torch, python, the backend's distribution and its version), ``settings`` (the
+(accelkit, torch, torch_build — ``CPU``, ``CUDA 13.0``... —, python, the backend's
+distribution and its version), ``settings`` (the
 backend's settings and modes, ``BackendSpec.settings``), ``device`` (as rank 0 saw it),
 ``host``, ``started``, ``duration_s``, ``world_sizes``, ``options`` (areas, patterns, world
 sizes, timeout, strict, extra modules, builtin, memory limit), ``expectations`` (file used),
@@ -72,7 +73,8 @@ def left_out_text(report: RunReport) -> str:
 def versions_text(report: RunReport) -> str:
     v = report.versions
     dist = v.get("backend_distribution")
-    parts = [f"accelkit {v.get('accelkit')}", f"torch {v.get('torch')}", f"python {v.get('python')}"]
+    torch = f"torch {v.get('torch')}" + (f" ({v['torch_build']} build)" if v.get("torch_build") else "")
+    parts = [f"accelkit {v.get('accelkit')}", torch, f"python {v.get('python')}"]
     if dist and dist["name"] != "accelkit":  # a built-in backend ships with accelkit
         parts.append(f"{dist['name']} {dist['version']}")
     return ", ".join(parts)

@@ -10,7 +10,6 @@ exception so that the report can say what failed.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from importlib import metadata
 
 from accelkit.conformance import expectations as expectations_mod
 from accelkit.conformance import loader
@@ -18,6 +17,7 @@ from accelkit.conformance.api import CheckDef
 from accelkit.conformance.expectations import Expectation
 from accelkit.conformance.options import Options
 from accelkit.core.spec import BackendSpec
+from accelkit.core.versions import torch_version
 
 
 class UsageError(Exception):
@@ -41,11 +41,6 @@ class Session:
     checks: dict[str, CheckDef]            # every check known (for expectations and ids)
     selected: list[CheckDef]               # after --area and -k, each at its default size
     expectations: dict[str, Expectation] = field(default_factory=dict)
-
-
-def torch_version() -> str:
-    """The installed torch's version, without importing torch."""
-    return metadata.version("torch")
 
 
 def backend_spec(name: str) -> BackendSpec:

@@ -3,19 +3,184 @@
 The conformance engine puts every rank back into a known state before each check, and the
 device-handle checker restores every generator ``torch.manual_seed`` touches; torch has no
 public API for either, so both reach into torch's private state here and nowhere else. Each
-function names what it touches. They were verified on the torch releases in
-:data:`VERIFIED_ON`; moving to another torch means re-reading each of them against its source
-(``tests/test_torch_internals.py`` fails until :data:`VERIFIED_ON` names the new release).
+function names what it touches.
+
+:data:`PRIVATE_APIS` lists every private torch name accelkit's code reaches (here, in the C++
+registration glue's Python side, the compiler integration, the catalogue's checks, ``accelkit
+upstream``), with what it is used for and the torch versions it exists on. They were read
+against, and tested on, the torch releases in :data:`VERIFIED_ON`.
+``tests/test_torch_internals.py`` finds every private torch name in accelkit's code and fails when
+one is not listed, when a listed one does not resolve on the installed torch (naming it), or when
+the installed release is not in :data:`VERIFIED_ON`; ``accelkit doctor`` prints
+:func:`render_private_apis`. Moving to a new torch release: run that test on it, re-read each
+entry against the new source, then add the release to :data:`VERIFIED_ON`.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
+import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
-#: torch releases (major.minor) these functions were read against and tested on.
-VERIFIED_ON: tuple[str, ...] = ("2.13",)
+from accelkit.core.versions import torch_build, version_matches
+
+#: torch releases (major.minor) these functions and :data:`PRIVATE_APIS` were read against and
+#: tested on (``tox -e torch213,torch214,torch215``).
+VERIFIED_ON: tuple[str, ...] = ("2.13", "2.14", "2.15")
+
+
+@dataclass(frozen=True)
+class PrivateAPI:
+    """One private torch name accelkit uses: a dotted path from ``torch`` (a module, or an
+    attribute reached from one), what accelkit uses it for, and the torch versions it is
+    expected on (clauses as in expectations files; ``None``: every supported version)."""
+
+    name: str
+    used_for: str
+    torch: str | None = None
+
+
+_C10D = "torch.distributed.distributed_c10d"
+_INDUCTOR = "torch._inductor"
+
+#: Every private torch name accelkit reaches, by the code that reaches it.
+PRIVATE_APIS: tuple[PrivateAPI, ...] = (
+    # registration (core/accelerator.py, core/device_module.py, core/kernels.py)
+    PrivateAPI("torch._register_device_module", "installs the torch.<device> module"),
+    PrivateAPI("torch._C", "the dispatcher and PrivateUse1 queries below"),
+    PrivateAPI("torch._C._get_privateuse1_backend_name", "the name PrivateUse1 was renamed to"),
+    PrivateAPI("torch._C._get_accelerator", "registration check: the current accelerator"),
+    PrivateAPI("torch._C._dispatch_dump", "`accelkit doctor`: who registered each kernel"),
+    PrivateAPI("torch._C._dispatch_dump_table", "`accelkit doctor`: the kernel a key resolves to"),
+    PrivateAPI("torch._C._dispatch_get_registrations_for_dispatch_key",
+               "`accelkit doctor`: the ops with a PrivateUse1 kernel"),
+    PrivateAPI("torch._C._dispatch_has_backend_fallback", "whether a boxed fallback exists"),
+    PrivateAPI("torch._subclasses.fake_tensor.is_fake",
+               "device-module RNG state calls under FakeTensorMode / LocalTensor"),
+    PrivateAPI("torch.distributed.Backend._plugins", "the backend creator a name is bound to"),
+    PrivateAPI("torch.random._seed_custom_device",
+               "torch.manual_seed's path into a PrivateUse1 generator (checker)"),
+    PrivateAPI("torch.cuda._lazy_seed_tracker", "generators_kept: cuda's queued seed"),
+    PrivateAPI("torch.xpu._lazy_seed_tracker", "generators_kept: xpu's queued seed"),
+    PrivateAPI("torch.mtia._lazy_seed_tracker", "generators_kept: mtia's queued seed"),
+    # the engine's reset between checks (this module)
+    PrivateAPI(f"{_C10D}._get_default_group", "destroy_groups_but_the_default"),
+    PrivateAPI(f"{_C10D}._get_default_store", "the default group's store (torchrun results)"),
+    PrivateAPI(f"{_C10D}._world", "the process-group map and the group counter"),
+    PrivateAPI("torch.distributed.device_mesh._mesh_resources",
+               "leave_ambient_meshes: the `with mesh:` stack (pytorch/pytorch PR 134247)"),
+    PrivateAPI("torch.distributed.tensor._random", "drop_rng_tracker"),
+    PrivateAPI("torch.distributed.tensor._random._rng_tracker",
+               "drop_rng_tracker (pytorch/pytorch PR 103235)"),
+    PrivateAPI("torch.distributed.tensor.debug._clear_sharding_prop_cache",
+               "clear_sharding_caches"),
+    # torch.compile (core/compiler.py, core/host_codegen.py)
+    PrivateAPI("torch._dynamo", "Dynamo's device registry"),
+    PrivateAPI("torch._dynamo.device_interface", "register_interface_for_device"),
+    PrivateAPI("torch._dynamo.device_interface.get_interface_for_device", "compile checks"),
+    PrivateAPI("torch._dynamo.lookup_backend", "compile checks"),
+    PrivateAPI(_INDUCTOR, "Inductor's backend registry"),
+    PrivateAPI(f"{_INDUCTOR}.codegen.common", "register_backend_for_device"),
+    PrivateAPI(f"{_INDUCTOR}.codegen.common.DeviceOpOverrides", "the device's op overrides"),
+    PrivateAPI(f"{_INDUCTOR}.codegen.cpp.CppScheduling", "C++ kernels on device memory"),
+    PrivateAPI(f"{_INDUCTOR}.codegen.wrapper.PythonWrapperCodegen", "the host wrapper"),
+    PrivateAPI(f"{_INDUCTOR}.codegen.wrapper.SubgraphPythonWrapperCodegen",
+               "the host wrapper of subgraphs"),
+    PrivateAPI(f"{_INDUCTOR}.compile_fx", "the compile entry the checks call"),
+    PrivateAPI(f"{_INDUCTOR}.config", "Inductor settings of the device's code generator"),
+    PrivateAPI(f"{_INDUCTOR}.custom_graph_pass.CustomGraphModulePass", "the host graph pass"),
+    PrivateAPI(f"{_INDUCTOR}.scheduler.BaseScheduling", "the scheduling interface"),
+    PrivateAPI(f"{_INDUCTOR}.virtualized.V", "Inductor's virtualized graph handlers"),
+    # the catalogue's checks (conformance/checks/)
+    PrivateAPI("torch._chunk_cat", "training: FSDP2's gradient packing op"),
+    PrivateAPI("torch._fused_sdp_choice", "training: the SDPA backend chosen for the device"),
+    PrivateAPI("torch._C._distributed_c10d",
+               "registration: c10d's Backend.Options (the options-cache drift check)"),
+    PrivateAPI("torch._has_compatible_shallow_copy_type",
+               "registration: Module.to keeps parameter identity"),
+    PrivateAPI("torch.distributed._functional_collectives", "collectives: functional forms"),
+    PrivateAPI("torch.distributed._make_nccl_premul_sum", "training: FSDP2's divide factor"),
+    PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_collectives",
+               "collectives: FSDP2's all-gather path"),
+    PrivateAPI("torch.distributed.tensor.placement_types._StridedShard",
+               "training: FSDP2 x TP placements"),
+    PrivateAPI("torch.utils._python_dispatch.TorchDispatchMode", "training: op tracing"),
+    # accelkit upstream (conformance/upstream/; its harness changes are version-gated in
+    # adaptations.py)
+    PrivateAPI(f"{_C10D}._register_pg_in_world", "records every process group a test makes"),
+    PrivateAPI("torch.testing._internal.common_distributed", "the harness adapted"),
+    PrivateAPI("torch.testing._internal.common_device_type", "the harness adapted"),
+    PrivateAPI("torch.testing._internal.common_fsdp", "the harness adapted"),
+    PrivateAPI("torch.testing._internal.distributed._tensor.common_dtensor",
+               "the harness adapted"),
+    PrivateAPI("torch.testing._internal.distributed.fake_pg", "the harness adapted"),
+)
+
+
+def resolve(name: str) -> None:
+    """Raise ImportError or AttributeError, naming what is missing, unless dotted ``name``
+    exists: a module is found without running it (test-harness modules pick devices when
+    imported), an attribute is looked up on its imported module."""
+    try:
+        if importlib.util.find_spec(name) is not None:
+            return
+    except (ImportError, AttributeError, ValueError):
+        pass  # a parent is not a package: name is an attribute
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for i, attr in enumerate(parts[cut:], cut):
+            if not hasattr(obj, attr):
+                raise AttributeError(f"{'.'.join(parts[:i])} has no attribute {attr!r}")
+            obj = getattr(obj, attr)
+        return
+    raise ImportError(f"no module named {parts[0]!r}")
+
+
+def torch_release() -> str:
+    """The installed torch's major.minor, e.g. ``2.15``."""
+    import torch
+
+    return ".".join(torch.__version__.split("+")[0].split(".")[:2])
+
+
+def missing_private_apis() -> list[tuple[PrivateAPI, str]]:
+    """The listed private names that apply to the installed torch and do not resolve on it,
+    each with the error."""
+    import torch
+
+    found = []
+    for api in PRIVATE_APIS:
+        if api.torch is not None and not version_matches(torch.__version__, api.torch):
+            continue
+        try:
+            resolve(api.name)
+        except (ImportError, AttributeError) as exc:
+            found.append((api, f"{type(exc).__name__}: {exc}"))
+    return found
+
+
+def render_private_apis() -> str:
+    """What ``accelkit doctor`` prints: the installed torch, whether accelkit was verified on
+    it, and every private torch name accelkit uses that this torch lacks."""
+    import torch
+
+    release = torch_release()
+    verified = ("verified" if release in VERIFIED_ON else
+                f"NOT verified (accelkit was verified on torch {', '.join(VERIFIED_ON)})")
+    missing = missing_private_apis()
+    lines = [f"torch {torch.__version__} ({torch_build()} build): {verified}; "
+             f"{len(PRIVATE_APIS) - len(missing)} of {len(PRIVATE_APIS)} private torch APIs "
+             "accelkit uses are present"]
+    lines += [f"  MISSING {api.name} (used for: {api.used_for}): {why}" for api, why in missing]
+    return "\n".join(lines)
+
 
 #: torch's built-in accelerator modules that ``torch.manual_seed`` seeds (``torch.random``).
 _SEEDED_BY_MANUAL_SEED = ("cuda", "xpu", "mtia")

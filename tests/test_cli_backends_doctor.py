@@ -77,9 +77,15 @@ def test_doctor_cpu():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "backend 'cpu': device 'cpu', collectives 'gloo'"
-    assert lines[1] == ("torch.cpu: 2 probes; 0 ERROR, 0 WARNING, 0 info, 2 unsupported by "
+    import torch
+    from accelkit.core import torch_internals
+
+    n = len(torch_internals.PRIVATE_APIS)
+    assert lines[1].startswith(f"torch {torch.__version__} (") and lines[1].endswith(
+        f" build): verified; {n} of {n} private torch APIs accelkit uses are present"), lines[1]
+    assert lines[2] == ("torch.cpu: 2 probes; 0 ERROR, 0 WARNING, 0 info, 2 unsupported by "
                         "torch; OK")
-    assert lines[2].startswith("[unsupported by torch] OffsetBasedRNGTracker: the tracker "
+    assert lines[3].startswith("[unsupported by torch] OffsetBasedRNGTracker: the tracker "
                                "refuses cpu meshes")
 
 
@@ -133,7 +139,7 @@ def test_doctor_exit_code_1_on_errors():
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0] == "backend 'pybroken': device 'pydev', collectives 'pydev:pyccl,cpu:gloo'"
-    assert lines[1].startswith("torch.pydev: ") and lines[1].endswith("; FAILED")
+    assert lines[2].startswith("torch.pydev: ") and lines[2].endswith("; FAILED")
     assert ("[ERROR] get_rng_state: get_rng_state() is a 8-element torch.uint8 tensor on cpu, "
             "not 16 uint8 bytes on cpu (uint64 seed + int64 offset)") in lines
     assert "Traceback" not in proc.stderr

@@ -78,3 +78,18 @@ def test_no_regression_exits_0_and_bad_input_2(reports, tmp_path):
     assert bad.returncode == 2
     assert "is not an accelkit conformance report of schema accelkit.conformance/2" in bad.stderr
     assert _compare(reports[0]).returncode == 2
+
+
+def test_reports_of_two_torch_versions_say_what_changed_with_the_version(reports, tmp_path):
+    older = json.loads(Path(reports[0]).read_text())["versions"]
+    newer = json.loads(Path(reports[1]).read_text())
+    newer["versions"].update(torch="2.15.0", torch_build="CUDA 13.2")
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    text = _compare(reports[0], str(tmp_path / "newer.json"))
+    older_torch = older["torch"]
+    assert (f"changed with: torch {older_torch} -> 2.15.0, torch_build "
+            f"{older['torch_build']} -> CUDA 13.2") in text.stdout
+    assert "newly failing: 1\n  cmp.regresses@2: PASS -> FAIL" in text.stdout
+    data = json.loads(_compare(reports[0], str(tmp_path / "newer.json"), "--format", "json").stdout)
+    assert data["comparisons"][0]["versions_changed"]["torch"] == [older_torch, "2.15.0"]
+    assert "changed with" not in _compare(*reports).stdout  # same versions: nothing said

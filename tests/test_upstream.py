@@ -19,6 +19,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+import torch
 from accelkit.conformance.expectations import (
     ExpectationsError,
     load,
@@ -195,15 +196,51 @@ NEEDED = {
 
 
 def test_every_adaptation_has_a_fixture_that_needs_it():
-    assert set(NEEDED) | {"fsdp-rank-device"} == set(adaptations.BY_NAME)
+    assert set(NEEDED) | {"fsdp-rank-device", "hardware-classification-names"} == \
+        set(adaptations.BY_NAME)
 
 
+@pytest.mark.torch_version
 @pytest.mark.parametrize("name", sorted(NEEDED))
 def test_fixture_fails_or_skips_without_its_adaptation(mock_unadapted, name):
+    """On a torch whose harness still has the gap; where torch closed it (``fixed_in``) the
+    fixture passes without the adaptation, which proves it is not needed there."""
     node, outcome, text = NEEDED[name]
     test = mock_unadapted[node]
+    if adaptations.BY_NAME[name].not_needed(torch.__version__):
+        assert test["outcome"] in ("pass", "xpass"), test
+        return
     assert test["outcome"] == outcome, test
     assert text in test["reason"] + test["details"]
+
+
+HW = "distributed/hw_classification_fixture.py"
+
+
+@pytest.mark.torch_version
+def test_hardware_classified_classes_of_another_device_are_skipped(tmp_path):
+    """A test file newer than the harness imports HardwareClassification: on torch 2.13 it
+    collects only with hardware-classification-names; on every torch the class classified for
+    CUDA is skipped on mock with the reason, the GENERIC one runs."""
+    proc = _upstream(tmp_path / "adapted", "--backend", "mock", "--file", HW)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    tests = _by_id(_report(tmp_path / "adapted"))
+    assert tests[f"{HW}::GenericTest::test_generic"]["outcome"] == "pass"
+    cuda = tests[f"{HW}::CudaOnlyTest::test_needs_cuda"]
+    assert cuda["outcome"] == "skip"
+    assert cuda["reason"].startswith("the test class is classified for CUDA hardware")
+    applied = {a["name"]: a for a in _report(tmp_path / "adapted")["adaptations"]}
+    shim = adaptations.BY_NAME["hardware-classification-names"]
+    if shim.not_needed(torch.__version__):
+        assert applied[shim.name]["why_not"] == "not needed: fixed in torch 2.14"
+        return
+    assert applied[shim.name]["applied"] is True
+    proc = _upstream(tmp_path / "bare", "--backend", "mock", "--file", HW,
+                     "--no-adapt", shim.name)
+    assert proc.returncode == 1
+    error = _by_id(_report(tmp_path / "bare"))[HW]
+    assert error["outcome"] == "error"
+    assert "cannot import name 'HardwareClassification'" in error["reason"]
 
 
 def test_without_adaptations_fsdp_runs_on_gloo_and_is_flagged(mock_unadapted):
@@ -241,8 +278,12 @@ def test_a_hanging_file_is_killed_with_its_children_and_a_broken_one_reported(tm
     report = _report(tmp_path / "r")
     files = {f["path"]: f for f in report["files"]}
     assert files["test_hangs_fixture.py"]["status"] == "timeout"
-    assert _by_id(report)["test_hangs_fixture.py::test_hangs_with_a_child"]["outcome"] == \
-        "timeout"
+    tests = _by_id(report)
+    assert tests["test_hangs_fixture.py::test_hangs_with_a_child"]["outcome"] == "timeout"
+    never = tests["test_hangs_fixture.py::test_after_the_hang"]
+    assert never["outcome"] == "not-run"
+    assert never["reason"] == ("never started: the file ran past its 20 s timeout during "
+                               "test_hangs_fixture.py::test_hangs_with_a_child")
     child = int(pid_file.read_text())
     assert not Path(f"/proc/{child}").exists() or \
         Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
@@ -270,13 +311,20 @@ def test_explain_lists_every_adaptation_with_target_and_versions(capsys):
 
 
 def test_adaptations_are_refused_on_another_torch(monkeypatch, capsys):
-    monkeypatch.setattr("accelkit.conformance.session.torch_version", lambda: "2.15.0")
+    """Refused on a torch they were not verified on; an adaptation whose gap torch closed
+    before that release (skip-if-lt-x-gpu, fixed in 2.15) is not needed, not refused."""
+    monkeypatch.setattr("accelkit.conformance.session.torch_version", lambda: "2.16.0")
     assert main(["upstream", "--backend", "mock", "--tests", str(FIXTURES), "--list"]) == 2
     err = capsys.readouterr().err
     assert ("adaptation 'dtensor-init-pg' (torch.testing._internal.distributed._tensor."
             "common_dtensor.DTensorTestBase.init_pg) was written and verified for torch "
-            ">=2.13,<2.14, not 2.15.0") in err
+            ">=2.13,<2.16, not 2.16.0") in err
     assert "--no-adapt dtensor-init-pg" in err
+    assert "skip-if-lt-x-gpu" not in err
+    assert main(["upstream", "--backend", "mock", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "here:   not needed: fixed in torch 2.15" in out
+    assert "fixed:  in torch 2.15: skip_if_lt_x_gpu counts torch.accelerator devices" in out
     # the cpu baseline needs none, and --no-adapt all runs without any
     assert main(["upstream", "--backend", "cpu", "--tests", str(FIXTURES), "--list"]) == 0
     assert main(["upstream", "--backend", "mock", "--tests", str(FIXTURES), "--list",
@@ -384,6 +432,48 @@ torch = ">=2.14"
     assert not exps[0].matches("test/distributed/tensor/test_random_ops.py::X::test_other")
     assert len(load_upstream(path, "2.14.0")) == 2
     assert set(load(path, {"rng.offset_exact"}, "2.13.0")) == {"rng.offset_exact"}
+
+
+def test_checkout_patterns_match_a_folder_of_test_files_by_file_name_and_test_id(tmp_path):
+    """Expectations written with checkout paths match the same files copied into a plain
+    folder (``--tests`` a folder: node ids start at the file, or at a sub-folder)."""
+    (exp,) = load_upstream(_toml(tmp_path, '''
+[upstream."test/distributed/tensor/test_random_ops.py::*WithLocalTensor::test_init_*"]
+status = "xfail"
+reason = "LocalTensor"
+category = "torch-limitation"
+'''), "2.13.0")
+    for node in ("test/distributed/tensor/test_random_ops.py::AWithLocalTensor::test_init_ops",
+                 "test_random_ops.py::AWithLocalTensor::test_init_ops",
+                 "tensor/test_random_ops.py::AWithLocalTensor::test_init_ops"):
+        assert exp.matches(node), node
+    assert not exp.matches("test_random_ops.py::ATest::test_init_ops")
+    assert not exp.matches("test_other.py::AWithLocalTensor::test_init_ops")
+    assert exp.applies_to_file("test_random_ops.py")
+    assert exp.applies_to_file("test/distributed/tensor/test_random_ops.py")
+    assert not exp.applies_to_file("test_device_mesh.py")
+
+
+def test_strict_ignores_expectations_of_files_not_selected(tmp_path):
+    """--strict fails a run whose expectations match nothing, but only those of the files
+    that ran: the shipped expectations name files --file left out."""
+    exps = tmp_path / "exp.toml"
+    exps.write_text('''
+[upstream."distributed/test_harness_fixture.py::ContinuousTest::test_all_gather"]
+status = "xfail"
+reason = "a file this run does not select"
+category = "backend-bug"
+''')
+    proc = _upstream(tmp_path / "r", "--backend", "cpu", "--file",
+                     "distributed/tensor/test_dtensor_fixture.py", "-k", "FakeProcessGroup",
+                     "--expectations", str(exps), "--strict")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = _report(tmp_path / "r")
+    assert report["expectations"]["unmatched"] == []
+    assert "matched no test" not in proc.stdout
+    # each test is reported as it finishes, while its file runs
+    assert ("  distributed/tensor/test_dtensor_fixture.py::FakeProcessGroupTest::"
+            "test_device_mesh_on_fake_group: pass (") in proc.stdout
 
 
 @pytest.mark.parametrize("entry,message", [

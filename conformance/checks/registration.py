@@ -200,3 +200,106 @@ def module_to_identity(ctx):
     ref_opt.step()
     assert_equal(model.weight.detach(), ref.weight.detach(),
                  "weight after one SGD step of an optimizer built before .to(device)")
+
+
+# Drift checks: behaviours of torch's registration surface that moved, or may move, between
+# releases. Each runs where the installed torch has the feature, and says why not elsewhere.
+
+def _probe_creator(dist_backend_opts, backend_options):  # never called: registration only
+    raise AssertionError("the probe backend is registered, never used")
+
+
+@check(world_size=2, also_at=(4, 8))
+def register_backend_devices_list(ctx):
+    """Backend.register_backend(name, creator, extended_api=True, devices=[...]) with devices
+    as a list, as accelkit.core.register_accelerator passes them, maps each listed device type
+    to the backend (Backend.backend_capability[name] is the list, default_device_backend_map
+    names it for each device) and nothing else: a str would be iterated per character in torch
+    2.13 (torch/distributed/distributed_c10d.py, Backend.register_backend). A probe backend is
+    registered, examined and removed again; the device's own backend is put back."""
+    name = f"accelkit_probe_{os.getpid()}"
+    devices = [ctx.device_type, "cpu"]
+    saved = {d: dist.Backend.default_device_backend_map.get(d) for d in devices}
+    dist.Backend.register_backend(name, _probe_creator, extended_api=True, devices=devices)
+    try:
+        assert_value(dist.Backend.backend_capability.get(name), devices,
+                     f"Backend.backend_capability[{name!r}] after devices={devices}")
+        for d in devices:
+            assert_value(dist.Backend.default_device_backend_map.get(d), name,
+                         f"default_device_backend_map[{d!r}] right after registering {name!r}")
+        assert name in dist.Backend.backend_list, f"{name!r} is not in Backend.backend_list"
+    finally:
+        for d, backend in saved.items():
+            dist.Backend.default_device_backend_map[d] = backend
+        dist.Backend.backend_capability.pop(name, None)
+        if name in dist.Backend.backend_list:
+            dist.Backend.backend_list.remove(name)
+        dist.Backend._plugins.pop(name.upper(), None)
+        delattr(dist.Backend, name.upper())
+    assert_value(dist.get_default_backend_for_device(ctx.device_type),
+                 ctx.spec.collective_backend, "the device's default backend after the probe")
+
+
+def _backend_options():
+    """c10d's ``Backend.Options`` (torch/csrc/distributed/c10d/Backend.hpp, bound in
+    torch/csrc/distributed/c10d/init.cpp)."""
+    return torch._C._distributed_c10d.Backend.Options
+
+
+@check(world_size=2, also_at=(4, 8))
+def backend_options_cache_key(ctx):
+    """Where torch's DeviceMesh caches process groups by layout and backend options
+    (pytorch/pytorch PR 175571: _DeviceMeshUniverse, keyed by (_MeshLayout, BackendConfig), with
+    operator== and std::hash on c10d::Backend::Options), the options of identical groups of the
+    backend compare and hash equal, and options that differ do not: otherwise every
+    DeviceMesh unflatten creates its groups again. SKIP, naming the PR, on a torch whose
+    Backend.Options compare by identity (no such cache there)."""
+    options = _backend_options()
+    if options.__eq__ is object.__eq__:
+        ctx.skip(f"torch {torch.__version__}: c10d Backend.Options compare by identity, so "
+                 "DeviceMesh has no process-group cache keyed by them (pytorch/pytorch PR "
+                 "175571 adds both); nothing to check on this torch")
+    first, second = options(ctx.spec.collective_backend), options(ctx.spec.collective_backend)
+    assert first == second and hash(first) == hash(second), (
+        f"two identical {ctx.spec.collective_backend} Backend.Options differ as cache keys")
+    other = options(ctx.spec.collective_backend)
+    other._timeout = first._timeout * 2
+    assert other != first, "Backend.Options with different timeouts compare equal"
+
+
+def _torchcomms_reason() -> str | None:
+    """Why TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 cannot be exercised here, or None."""
+    try:
+        import torchcomms  # noqa: F401
+    except ImportError as exc:
+        return (f"TorchComms is not installed ({exc}): torch {torch.__version__} routes "
+                "TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 groups through it only when "
+                "`import torchcomms` works (distributed_c10d._TORCHCOMM_AVAILABLE)")
+    return None
+
+
+@check(world_size=2, also_at=(4, 8))
+def torchcomms_routing(ctx):
+    """With TorchComms enabled (torch.distributed.config.use_torchcomms, set by
+    TORCH_DISTRIBUTED_USE_TORCHCOMMS=1), a new group on the backend still runs the device's
+    collectives on the backend's own library with right results: torch routes only the
+    backends TorchComms can build through it, and a custom c10d backend falls through to its
+    creator (torch/distributed/distributed_c10d.py, _torchcomms_handles_backend). SKIP, with
+    the reason, where torch or the torchcomms package lacks TorchComms."""
+    reason = _torchcomms_reason()
+    if reason:
+        ctx.skip(reason)
+    config = dist.config
+    before = config.use_torchcomms
+    config.use_torchcomms = True
+    try:
+        group = dist.new_group(list(range(ctx.world_size)), backend=ctx.spec.process_group_backend)
+    finally:
+        config.use_torchcomms = before
+    backend = group._get_backend(torch.device(ctx.device_type))
+    assert_value(backend.name(), ctx.spec.collective_backend,
+                 "the device backend of a group made with TorchComms enabled")
+    t = torch.full((4,), float(ctx.rank + 1), device=ctx.device)
+    dist.all_reduce(t, group=group)
+    assert_equal(t, torch.full((4,), float(sum(range(1, ctx.world_size + 1)))),
+                 "all_reduce on a group made with TorchComms enabled")

@@ -33,6 +33,7 @@ from accelkit.conformance.checks._util import (
     host_tensor,
     shared_tmpdir,
 )
+from accelkit.core.versions import torch_at_least
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor, Replicate, Shard
@@ -223,18 +224,30 @@ def ddp_parity(ctx):
                      rtol=2e-3, atol=4e-3 * float(grad.abs().max()))
 
 
+#: From torch 2.15 FSDP2 gives each unsharded parameter the reduce dtype as its ``grad_dtype``
+#: (torch/distributed/fsdp/_fully_shard/_fsdp_param.py, ``FSDPParam.unsharded_grad_dtype``):
+#: autograd then casts a bf16 parameter's gradient to fp32 as it reaches the parameter, before
+#: the reduction over broadcast dimensions, instead of computing it in bf16 and casting after.
+FSDP2_GRAD_DTYPE_FROM = "2.15"
+
+
 def _cast_reference(ctx, batches, dtype) -> Run:
     """FSDP2 mixed precision on one device: per step and per data-parallel slice, the forward
     and backward of a ``dtype`` copy of the fp32 parameters; the slice gradients cast to fp32
-    and averaged in fp32, then AdamW on the fp32 parameters."""
+    (from torch 2.15 by autograd, through the copy's ``grad_dtype``, as FSDP2 does there: see
+    :data:`FSDP2_GRAD_DTYPE_FROM`) and averaged in fp32, then AdamW on the fp32 parameters."""
     ws = ctx.world_size
     model = _model(ctx)
     opt = _adamw(model.parameters())
     losses, first_grads = [], None
+    fp32_grads_in_autograd = torch_at_least(FSDP2_GRAD_DTYPE_FROM)
     for i, batch in enumerate(batches):
         total, loss_sum = None, 0.0
         for r in range(ws):
             low = copy.deepcopy(model).to(dtype)
+            if fp32_grads_in_autograd:
+                for q in low.parameters():
+                    q.grad_dtype = torch.float32
             local = _local(batch, ws, r, ctx.device)
             loss = loss_fn(low(local), local)
             loss.backward()

@@ -6,17 +6,20 @@ harness does on a PrivateUse1 device without it) and the torch versions it was w
 verified for. It is applied by the start-up hook (:mod:`accelkit.conformance.upstream.hook`)
 right after its harness module has executed, in the pytest process and in every rank, before
 any test module can bind the names it changes. Nothing is applied for ``cpu`` or for the
-devices the harness already knows (``cuda``, ``xpu``, ``hpu``). ``accelkit upstream`` refuses
-to run an adaptation on a torch outside its ``torch_versions`` (the harness is internal and
+devices the harness already knows (``cuda``, ``xpu``, ``hpu``). An adaptation is not applied
+from the torch release whose harness closed its gap (``fixed_in``), and ``accelkit upstream``
+refuses to run one on a torch outside its ``torch_versions`` (the harness is internal and
 changes between releases); ``--no-adapt NAME`` runs without it, which also shows whether an
 adaptation is still needed.
 
-Verified on torch 2.13.0 by reading ``torch/testing/_internal`` and by the fixture tests in
-``tests/fixtures/upstream`` (each fails or skips on ``mock`` without its adaptation).
+Verified on torch 2.13.0, 2.14.1 and 2.15.0 by reading ``torch/testing/_internal`` of each and
+by the fixture tests in ``tests/fixtures/upstream`` (each fails or skips on ``mock`` without its
+adaptation; ``tox -e torch213,torch214,torch215`` runs them on each release).
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import os
 import sys
@@ -24,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from accelkit.conformance.expectations import version_matches
 from accelkit.core.spec import BackendSpec
+from accelkit.core.versions import release, version_matches
 
 #: Device types ``torch.testing._internal`` knows by name: nothing to adapt for them.
 HARNESS_DEVICES = ("cpu", "cuda", "xpu", "hpu")
@@ -33,6 +36,7 @@ HARNESS_DEVICES = ("cpu", "cuda", "xpu", "hpu")
 _COMMON_DISTRIBUTED = "torch.testing._internal.common_distributed"
 _COMMON_DTENSOR = "torch.testing._internal.distributed._tensor.common_dtensor"
 _COMMON_DEVICE_TYPE = "torch.testing._internal.common_device_type"
+_COMMON_UTILS = "torch.testing._internal.common_utils"
 _COMMON_FSDP = "torch.testing._internal.common_fsdp"
 _FAKE_PG = "torch.testing._internal.distributed.fake_pg"
 
@@ -52,13 +56,24 @@ class Adaptation:
     change: str          # what accelkit does instead
     torch_versions: str  # clauses as in expectations files, e.g. ">=2.13,<2.14"
     apply: Callable[[ModuleType, BackendSpec], None]
+    #: The torch release whose harness closes the gap (the adaptation is not applied there and
+    #: after), with how; None while every supported release has the gap.
+    fixed_in: tuple[str, str] | None = None
 
     def supports(self, torch_version: str) -> bool:
-        return version_matches(torch_version, self.torch_versions)
+        """Written and verified for ``torch_version`` (or not needed there)."""
+        return self.not_needed(torch_version) or version_matches(torch_version,
+                                                                 self.torch_versions)
+
+    def not_needed(self, torch_version: str) -> bool:
+        """``torch_version``'s harness has no gap for this adaptation to close."""
+        return self.fixed_in is not None and release(torch_version) >= release(self.fixed_in[0])
 
     def describe(self) -> str:
+        fixed = (f"\n  fixed:  in torch {self.fixed_in[0]}: {self.fixed_in[1]}"
+                 if self.fixed_in else "")
         return (f"{self.name}  [{self.target}]  torch {self.torch_versions}\n"
-                f"  gap:    {self.gap}\n  change: {self.change}")
+                f"  gap:    {self.gap}\n  change: {self.change}{fixed}")
 
 
 def needed_for(spec: BackendSpec) -> bool:
@@ -127,7 +142,10 @@ def _dtensor_init_pg(mod: ModuleType, spec: BackendSpec) -> None:
         import torch.distributed as dist
 
         if _device_count(spec) < self.world_size:
-            sys.exit(mod.TEST_SKIPS[f"multi-gpu-{self.world_size}"].exit_code)
+            skips = mod.TEST_SKIPS  # "multi-gpu-N" until torch 2.14, "multi-device-N" from 2.15
+            key = next(k for k in (f"multi-device-{self.world_size}",
+                                   f"multi-gpu-{self.world_size}") if k in skips)
+            sys.exit(skips[key].exit_code)
         torch.accelerator.set_device_index(self.rank)
         device_id = torch.device(f"{self.device_type}:{self.rank}") if eager_init else None
         dist.init_process_group(backend=backend, world_size=self.world_size, rank=self.rank,
@@ -180,7 +198,28 @@ def _fake_pg_device(mod: ModuleType, spec: BackendSpec) -> None:
         dist.Backend.backend_capability["fake"] = [*devices, spec.device_type]
 
 
+class _HardwareClassification(enum.Enum):
+    """The names of ``common_utils.HardwareClassification`` (torch 2.14), for test files newer
+    than a torch 2.13 harness: they import it and set ``hw_classification`` on their classes."""
+
+    GENERIC = "generic"
+    ACCELERATOR = "accelerator"
+    CPU = "cpu"
+    CUDA = "cuda"
+    MPS = "mps"
+    XPU = "xpu"
+
+
+def _hardware_classification_names(mod: ModuleType, spec: BackendSpec) -> None:
+    _expect(not hasattr(mod, "HardwareClassification"), "hardware-classification-names",
+            "common_utils already defines HardwareClassification")
+    mod.HardwareClassification = _HardwareClassification
+
+
 _V213 = ">=2.13,<2.14"
+_V213_214 = ">=2.13,<2.15"
+_V213_215 = ">=2.13,<2.16"
+_ACCELERATOR_HARNESS = "2.15"
 
 ADAPTATIONS: tuple[Adaptation, ...] = (
     Adaptation(
@@ -193,7 +232,7 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
             "classes instantiated after a first setUpClass are named ...<DEVICE> in the pytest "
             "process but ...PRIVATEUSE1 in a rank, which then cannot find its test class",
         change="set to the backend's device name at harness import, in every process",
-        torch_versions=_V213, apply=_device_type_test_base),
+        torch_versions=_V213_215, apply=_device_type_test_base),
     Adaptation(
         name="skip-if-lt-x-gpu",
         module=_COMMON_DISTRIBUTED,
@@ -202,7 +241,8 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
             "('Need at least N CUDA devices') on a PrivateUse1 device",
         change="runs the test when the backend's device module counts at least N devices, "
                "else defers to torch's decorator (which skips with its own message)",
-        torch_versions=_V213, apply=_skip_if_lt_x_gpu),
+        torch_versions=_V213_214, apply=_skip_if_lt_x_gpu,
+        fixed_in=(_ACCELERATOR_HARNESS, "skip_if_lt_x_gpu counts torch.accelerator devices")),
     Adaptation(
         name="dtensor-init-pg",
         module=_COMMON_DTENSOR,
@@ -213,7 +253,7 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
                "there are fewer devices than ranks, makes device <rank> current and passes "
                "device_id for eager_init, as torch does for nccl; other strings go to torch's "
                "init_pg unchanged",
-        torch_versions=_V213, apply=_dtensor_init_pg),
+        torch_versions=_V213_215, apply=_dtensor_init_pg),
     Adaptation(
         name="fsdp-device-selection",
         module=_COMMON_FSDP,
@@ -223,7 +263,8 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
             "PrivateUse1 device: 'No backend type associated with device type <name>'); tests "
             "that get further run on cpu/gloo",
         change="the backend's device type, its collective library and its device count",
-        torch_versions=_V213, apply=_fsdp_device_selection),
+        torch_versions=_V213_214, apply=_fsdp_device_selection,
+        fixed_in=(_ACCELERATOR_HARNESS, "common_fsdp takes torch.accelerator's device and its default backend")),
     Adaptation(
         name="fsdp-rank-device",
         module=_COMMON_FSDP,
@@ -231,7 +272,8 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
         gap="make device <rank> current only when TEST_CUDA or TEST_XPU: every rank of a "
             "PrivateUse1 run stays on device 0",
         change="make device rank % DEVICE_COUNT current before torch's code runs",
-        torch_versions=_V213, apply=_fsdp_rank_device),
+        torch_versions=_V213_214, apply=_fsdp_rank_device,
+        fixed_in=(_ACCELERATOR_HARNESS, "FSDPTest._run sets the device whenever torch.accelerator is available")),
     Adaptation(
         name="fake-pg-device",
         module=_FAKE_PG,
@@ -242,7 +284,18 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
             "backend type associated with device type <name>'",
         change="adds the backend's device to the 'fake' backend's devices (a fake group "
                "communicates nothing: the report flags tests that only used one)",
-        torch_versions=_V213, apply=_fake_pg_device),
+        torch_versions=_V213_215, apply=_fake_pg_device),
+    Adaptation(
+        name="hardware-classification-names",
+        module=_COMMON_UTILS,
+        target=f"{_COMMON_UTILS}.HardwareClassification",
+        gap="missing before torch 2.14: test files of a newer PyTorch import it (to declare "
+            "their classes' hw_classification) and fail to collect on a torch 2.13 harness",
+        change="defines the enum's names (GENERIC, ACCELERATOR, CPU, CUDA, MPS, XPU) only; "
+               "nothing filters by them on torch 2.13",
+        torch_versions=_V213, apply=_hardware_classification_names,
+        fixed_in=("2.14", "common_utils defines HardwareClassification; accelkit upstream "
+                  "then skips classes classified for another device (plugin)")),
 )
 
 BY_NAME: dict[str, Adaptation] = {a.name: a for a in ADAPTATIONS}
@@ -266,6 +319,11 @@ def refused(adaptations: list[Adaptation], torch_version: str) -> list[str]:
             f"{a.torch_versions}, not {torch_version}: the harness it changes may differ; "
             f"run with --no-adapt {a.name} to go without it"
             for a in adaptations if not a.supports(torch_version)]
+
+
+def applicable(adaptations: list[Adaptation], torch_version: str) -> list[Adaptation]:
+    """The adaptations ``torch_version``'s harness still needs (those it fixed left out)."""
+    return [a for a in adaptations if not a.not_needed(torch_version)]
 
 
 def for_module(adaptations: list[Adaptation]) -> dict[str, list[Adaptation]]:

@@ -22,7 +22,8 @@ from accelkit.conformance.upstream.runner import slug
 
 _OUTCOME = {"pass": Outcome.PASS, "fail": Outcome.FAIL, "error": Outcome.ERROR,
             "timeout": Outcome.TIMEOUT, "crash": Outcome.CRASH, "skip": Outcome.SKIP,
-            "xfail": Outcome.XFAIL, "xpass": Outcome.XPASS}
+            "xfail": Outcome.XFAIL, "xpass": Outcome.XPASS,
+            "not-run": Outcome.SKIP}  # JUnit: skipped, with the reason it never started
 
 
 def mark(outcome: str) -> str:

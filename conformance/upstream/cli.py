@@ -93,7 +93,9 @@ def _explain(spec, chosen_names: set[str], torch_version: str) -> str:
     for a in adaptations_mod.ADAPTATIONS:
         state = ("applied" if a.name in chosen_names else "disabled (--no-adapt)") if needed \
             else "not needed"
-        if needed and not a.supports(torch_version):
+        if needed and a.not_needed(torch_version):
+            state = f"not needed: fixed in torch {a.fixed_in[0]}"
+        elif needed and not a.supports(torch_version):
             state = f"refused: written for torch {a.torch_versions}"
         lines += ["", f"- {a.describe()}\n  here:   {state}"]
     return "\n".join(lines)
@@ -131,17 +133,21 @@ def _chosen_for(spec, chosen, version) -> list:
     refused = adaptations_mod.refused(chosen, version)
     if refused:
         raise UsageError("\n".join(refused))
-    return chosen
+    return adaptations_mod.applicable(chosen, version)
 
 
-def _expectations(spec, path: str | None, version: str):
+def _expectations(spec, path: str | None, version: str, files: list[str]):
+    """The ``[upstream]`` expectations of ``spec`` (or ``path``) for this torch that can match
+    tests of the selected ``files``: the entries of files not selected are left out, so they
+    neither apply nor count as matching nothing under ``--strict``."""
     path = path or (str(spec.expectations) if spec.expectations else None)
     if not path:
         return None, []
     try:
-        return path, expectations_mod.load_upstream(path, version)
+        exps = expectations_mod.load_upstream(path, version)
     except expectations_mod.ExpectationsError as exc:
         raise UsageError(str(exc)) from None
+    return path, [e for e in exps if any(e.applies_to_file(f) for f in files)]
 
 
 def _progress(total: int):
@@ -159,6 +165,14 @@ def _progress(total: int):
               f"({run.duration_s:.1f} s)", flush=True)
 
     return show
+
+
+def _test_done(path: str, record: dict) -> None:
+    """One line per finished test while its file runs (files take many minutes)."""
+    reason = (record.get("reason") or "").splitlines()
+    note = f": {reason[0][:120]}" if reason and record["outcome"] != "pass" else ""
+    print(f"  {record['nodeid']}: {record['outcome']} ({record['duration_s']:.1f} s){note}",
+          flush=True)
 
 
 def _run_backend(spec, selection, chosen, exp_path, exps, out_dir: Path, args,
@@ -181,10 +195,18 @@ def _run_backend(spec, selection, chosen, exp_path, exps, out_dir: Path, args,
         started=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     names = {a.name for a in chosen}
     needed = adaptations_mod.needed_for(spec)
+
+    def why_not(a) -> str | None:
+        if a.name in names:
+            return None
+        if not needed:
+            return "not needed"
+        if a.not_needed(version):
+            return f"not needed: fixed in torch {a.fixed_in[0]}"
+        return "disabled (--no-adapt)"
+
     report.adaptations = [{"name": a.name, "target": a.target, "torch_versions": a.torch_versions,
-                           "applied": a.name in names,
-                           "why_not": None if a.name in names else
-                           ("disabled (--no-adapt)" if needed else "not needed")}
+                           "applied": a.name in names, "why_not": why_not(a)}
                           for a in adaptations_mod.ADAPTATIONS]
     print(f"accelkit upstream: {len(selection.files)} file(s) from {selection.root} on "
           f"{spec.name}, reports in {out_dir}", flush=True)
@@ -192,7 +214,7 @@ def _run_backend(spec, selection, chosen, exp_path, exps, out_dir: Path, args,
     args_for_pytest = ["--confcutdir", str(selection.root), *pytest_args]
     runs = runner.run_files(selection.root, selection.files, out_dir, config, args_for_pytest,
                             args.file_timeout, env, args.jobs,
-                            progress=_progress(len(selection.files)))
+                            progress=_progress(len(selection.files)), on_test=_test_done)
     report.duration_s = round(time.monotonic() - start, 3)
     matched: dict[str, int] = {}
     for run in runs:
@@ -221,9 +243,10 @@ def _load_report(path: str) -> dict:
 
 
 def _summary(report) -> str:
+    from accelkit.conformance.upstream.report import OUTCOMES
+
     counts = report.counts()
-    parts = [f"{counts[o]} {o}" for o in ("pass", "fail", "error", "timeout", "crash", "skip",
-                                          "xfail", "xpass") if counts[o]]
+    parts = [f"{counts[o]} {o}" for o in OUTCOMES if counts[o]]
     lines = [f"{report.spec.name}: {', '.join(parts) or 'no tests'} in {len(report.files)} "
              f"file(s), {report.duration_s:.1f} s"]
     comp = report.comparison
@@ -273,8 +296,8 @@ def run(args: argparse.Namespace) -> int:
         _require_test_packages()
         spec_chosen = _chosen_for(spec, chosen, version)
         base_chosen = _chosen_for(base, chosen, version) if base else []
-        exp_path, exps = _expectations(spec, args.expectations, version)
-        base_exps = _expectations(base, None, version)[1] if base else []
+        exp_path, exps = _expectations(spec, args.expectations, version, selection.files)
+        base_exps = _expectations(base, None, version, selection.files)[1] if base else []
         other = _load_report(args.compare) if args.compare else None
     except (UsageError, selection_mod.SelectionError) as exc:
         print(f"accelkit upstream: error: {exc}", file=sys.stderr)

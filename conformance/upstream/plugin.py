@@ -5,8 +5,9 @@ At collection it applies the ``[upstream]`` expectations (first matching pattern
 becomes ``pytest.mark.xfail(strict=--strict)``, ``skip`` becomes ``pytest.mark.skip``) and
 records which patterns matched. It writes one JSON line per event to the run's results file,
 flushed at once so that a file killed for its timeout still reports what finished:
-``collected`` (node ids, unittest ids, matched patterns), ``collect_error``, and ``test`` (final
-outcome, reason, details, duration, expectation). Before each test it puts the node id in the
+``collected`` (node ids, unittest ids, matched patterns), ``collect_error``, ``start`` (a test
+begins) and ``test`` (final outcome, reason, details with the whole traceback, duration,
+expectation). Before each test it puts the node id in the
 environment (:data:`accelkit.conformance.upstream.groups.TEST_ENV`) so that the ranks the test
 spawns attribute their process groups to it.
 """
@@ -94,8 +95,27 @@ def unittest_id(item) -> str | None:
     return f"{cls.__module__}.{cls.__qualname__}.{item.name}"
 
 
+#: HardwareClassification values that tie a test class to one kind of device.
+_DEVICE_CLASSIFICATIONS = ("cpu", "cuda", "mps", "xpu")
+
+
+def hardware_of(item, device_type: str) -> str | None:
+    """The other device ``item``'s test class declares it needs (``hw_classification``, a
+    ``common_utils.HardwareClassification``: torch's own from 2.14, the names adaptation
+    hardware-classification-names defines on 2.13), else None: GENERIC and ACCELERATOR
+    classes, unclassified ones and classes of ``device_type`` run."""
+    cls = getattr(item, "cls", None)
+    value = getattr(getattr(cls, "hw_classification", None), "value", None)
+    if value in _DEVICE_CLASSIFICATIONS and value != device_type:
+        return value.upper()
+    return None
+
+
 class _Upstream:
     def __init__(self, config: dict) -> None:
+        from accelkit.core import registry
+
+        self.device_type = registry.get(config["backend"]).device_type
         self.results = open(config["results"], "a", buffering=1)  # noqa: SIM115 (session-long)
         self.strict = bool(config.get("strict"))
         self.expectations = [UpstreamExpectation(**e) for e in config.get("expectations", [])]
@@ -111,7 +131,13 @@ class _Upstream:
         tests = []
         for item in items:
             exp = next((e for e in self.expectations if e.matches(item.nodeid)), None)
-            if exp is not None:
+            other_hardware = hardware_of(item, self.device_type)
+            if other_hardware is not None:
+                item.add_marker(pytest.mark.skip(
+                    reason=f"the test class is classified for {other_hardware} hardware "
+                           "(hw_classification, torch.testing._internal.common_utils"
+                           f".HardwareClassification), not {self.device_type}"))
+            elif exp is not None:
                 matched[exp.pattern] = matched.get(exp.pattern, 0) + 1
                 self.applied[item.nodeid] = exp.to_dict()
                 note = f"[{exp.category}] {exp.reason}"
@@ -130,6 +156,7 @@ class _Upstream:
 
     def pytest_runtest_logstart(self, nodeid, location) -> None:
         os.environ[TEST_ENV] = nodeid
+        self._write({"kind": "start", "nodeid": nodeid})
 
     def pytest_runtest_logreport(self, report) -> None:
         self.phases.setdefault(report.nodeid, {})[report.when] = report
@@ -140,7 +167,7 @@ class _Upstream:
         phases = self.phases.pop(nodeid, {})
         kind, reason, details = outcome(phases)
         self._write({"kind": "test", "nodeid": nodeid, "outcome": kind, "reason": reason,
-                     "details": details[-10000:],
+                     "details": details,
                      "duration_s": round(sum(r.duration for r in phases.values()), 3),
                      "expectation": self.applied.get(nodeid)})
 

@@ -15,7 +15,8 @@ class, name, outcome, reason, details, duration, expectation, groups, devices, f
 
 Outcomes: ``pass``, ``fail`` (the test raised), ``error`` (its setup or teardown raised, or the
 file did not collect), ``skip``, ``xfail``, ``xpass``, ``timeout`` (the file ran past its
-timeout), ``crash`` (the pytest process died).
+timeout while the test ran), ``crash`` (the pytest process died while the test ran),
+``not-run`` (the file was killed, or its pytest process died, before the test started).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from accelkit.conformance.upstream.runner import FileRun
 from accelkit.core.spec import BackendSpec
 
 SCHEMA = "accelkit.upstream/1"
-OUTCOMES = ("pass", "fail", "error", "timeout", "crash", "skip", "xfail", "xpass")
+OUTCOMES = ("pass", "fail", "error", "timeout", "crash", "skip", "xfail", "xpass", "not-run")
 FAILING = ("fail", "error", "timeout", "crash")
 
 

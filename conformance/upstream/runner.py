@@ -10,7 +10,9 @@ files) but not for the few upstream tests that bind a fixed TCP port; the defaul
 
 A file that outlives its timeout is killed with its whole process group (the ranks included)
 and mockccl's shared-memory segments of the killed processes are removed; its tests that did
-not finish are TIMEOUT, those of a pytest process that died are CRASH. A file (or class) that
+was running is TIMEOUT, the one of a pytest process that died is CRASH, and the tests that
+never started are NOT-RUN (named after the test that was running). While a file runs, each
+finished test is reported as it finishes (``on_test``). A file (or class) that
 does not collect is one ERROR test named by its node id, so that the counts and junit.xml show
 it. Ctrl-C kills every running file the same way before it propagates.
 """
@@ -94,7 +96,7 @@ _live_lock = threading.Lock()
 
 
 def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: list[str],
-             timeout_s: float, env_extra: dict[str, str]) -> FileRun:
+             timeout_s: float, env_extra: dict[str, str], on_test=None) -> FileRun:
     run = FileRun(rel, out_dir / "files" / slug(rel))
     shutil.rmtree(run.directory, ignore_errors=True)  # records of an earlier run
     run.records.mkdir(parents=True)
@@ -118,7 +120,8 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
         with _live_lock:
             _live.add(proc)
         try:
-            run.exit_code = proc.wait(timeout=timeout_s)
+            run.exit_code = _wait(proc, start + timeout_s, results,
+                                  (lambda record: on_test(rel, record)) if on_test else None)
         except subprocess.TimeoutExpired:
             _kill(proc)
             run.status = "timeout"
@@ -130,7 +133,35 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
     return run
 
 
+#: How often a running file's results are read for per-test progress.
+POLL_S = 1.0
+
+
+def _wait(proc: subprocess.Popen, deadline: float, results: Path, on_test) -> int:
+    """Wait for ``proc`` until ``deadline`` (``TimeoutExpired`` after), passing each test
+    record the plugin appends to ``results`` to ``on_test`` as it appears."""
+    offset = 0
+    while True:
+        try:
+            return proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                raise
+        finally:
+            if on_test is not None:
+                with open(results) as f:
+                    f.seek(offset)
+                    chunk = f.read()
+                complete = chunk[:chunk.rfind("\n") + 1]
+                offset += len(complete)
+                for line in complete.splitlines():
+                    record = json.loads(line)
+                    if record["kind"] == "test":
+                        on_test(record)
+
+
 def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
+    running = None  # the test that started last and has no result
     for line in results.read_text().splitlines():
         record = json.loads(line)
         kind = record.pop("kind")
@@ -138,8 +169,11 @@ def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
             run.collected, run.matched = record["tests"], record["matched"]
         elif kind == "collect_error":
             run.collect_errors.append(record)
+        elif kind == "start":
+            running = record["nodeid"]
         elif kind == "test":
             run.tests.append(record)
+            running = None
     if run.status == "ok" and run.exit_code not in (0, 1, 5):
         # 2 interrupted (also: collection errors), 3 internal error, 4 usage error, < 0 signal
         if run.exit_code is None or run.exit_code < 0:
@@ -151,13 +185,17 @@ def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
                           "reason": f"collection error: {error['reason']}",
                           "details": error["details"], "duration_s": 0.0, "expectation": None})
     done = {t["nodeid"] for t in run.tests}
+    ended = (f"the file ran past its {timeout_s:g} s timeout" if run.status == "timeout"
+             else f"pytest ended ({_how(run.exit_code)})")
     for test in run.collected:
         if test["nodeid"] in done:
             continue
-        if run.status == "timeout":
-            outcome, reason = "timeout", f"the file ran past its {timeout_s:g} s timeout"
+        if test["nodeid"] == running:
+            outcome = "timeout" if run.status == "timeout" else "crash"
+            reason = f"{ended} while the test ran"
         else:
-            outcome, reason = "crash", f"pytest ended ({_how(run.exit_code)}) before the test"
+            outcome = "not-run"
+            reason = f"never started: {ended}" + (f" during {running}" if running else "")
         run.tests.append({"nodeid": test["nodeid"], "outcome": outcome, "reason": reason,
                           "details": "", "duration_s": 0.0, "expectation": None})
 
@@ -173,13 +211,14 @@ def _how(code: int | None) -> str:
 
 def run_files(root: Path, files: list[str], out_dir: Path, config: dict,
               pytest_args: list[str], timeout_s: float, env_extra: dict[str, str], jobs: int,
-              progress=None) -> list[FileRun]:
-    """Run ``files`` (``jobs`` at a time); results in the order of ``files``. An exception
-    (Ctrl-C) kills the files still running, then propagates."""
+              progress=None, on_test=None) -> list[FileRun]:
+    """Run ``files`` (``jobs`` at a time); results in the order of ``files``; ``progress``
+    is called with each finished file, ``on_test`` with (file, test record) as each test
+    finishes. An exception (Ctrl-C) kills the files still running, then propagates."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(rel: str) -> FileRun:
-        run = run_file(root, rel, out_dir, config, pytest_args, timeout_s, env_extra)
+        run = run_file(root, rel, out_dir, config, pytest_args, timeout_s, env_extra, on_test)
         if progress is not None:
             progress(run)
         return run

@@ -4,7 +4,9 @@ checker on its device, then, for a backend that declares an RNG class other than
 :func:`accelkit.core.checker.check_random_op`), and, for a PrivateUse1 device, list whose kernel
 each op has (accelkit's C++ layer or the vendor's); exit 1 when the report has errors, 2 when the
 backend cannot be found, is unavailable on this host (e.g. cuda without a GPU) or cannot be set
-up."""
+up. It also prints the installed torch (release and build), whether accelkit was verified on it,
+and each private torch API accelkit uses that this torch lacks
+(:func:`accelkit.core.torch_internals.render_private_apis`)."""
 
 from __future__ import annotations
 
@@ -36,9 +38,11 @@ def run(args: argparse.Namespace) -> int:
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
     from accelkit.core.checker import check_device_handle, check_random_op
+    from accelkit.core.torch_internals import render_private_apis
 
     print(f"backend {spec.name!r}: device {spec.device_type!r}, collectives "
           f"{spec.process_group_backend!r}")
+    print(render_private_apis())
     report = check_device_handle(spec.device_type)
     state_sound = not any(f.member in ("get_rng_state", "set_rng_state") for f in report.errors)
     if spec.device_type != "cpu" and spec.capabilities.rng != "unsupported" and state_sound:
