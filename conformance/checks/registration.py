@@ -209,35 +209,36 @@ def _probe_creator(dist_backend_opts, backend_options):  # never called: registr
     raise AssertionError("the probe backend is registered, never used")
 
 
-@check(world_size=2, also_at=(4, 8))
+@check
 def register_backend_devices_list(ctx):
     """Backend.register_backend(name, creator, extended_api=True, devices=[...]) with devices
-    as a list, as accelkit.core.register_accelerator passes them, maps each listed device type
-    to the backend (Backend.backend_capability[name] is the list, default_device_backend_map
-    names it for each device) and nothing else: a str would be iterated per character in torch
-    2.13 (torch/distributed/distributed_c10d.py, Backend.register_backend). A probe backend is
-    registered, examined and removed again; the device's own backend is put back."""
+    as a list, as accelkit.core.register_accelerator passes them: Backend.backend_capability
+    [name] is the list (a str was iterated per character up to torch 2.14: torch/distributed/
+    distributed_c10d.py, Backend.register_backend), a listed device type nobody claimed maps to
+    the new backend in default_device_backend_map, and the device's own backend keeps its
+    claim (the first registration for a device wins, torch 2.13 to 2.15). A probe backend is
+    registered, examined and removed again."""
     name = f"accelkit_probe_{os.getpid()}"
-    devices = [ctx.device_type, "cpu"]
-    saved = {d: dist.Backend.default_device_backend_map.get(d) for d in devices}
+    unclaimed = f"{name}_device"
+    devices = [ctx.device_type, unclaimed]
     dist.Backend.register_backend(name, _probe_creator, extended_api=True, devices=devices)
     try:
         assert_value(dist.Backend.backend_capability.get(name), devices,
                      f"Backend.backend_capability[{name!r}] after devices={devices}")
-        for d in devices:
-            assert_value(dist.Backend.default_device_backend_map.get(d), name,
-                         f"default_device_backend_map[{d!r}] right after registering {name!r}")
+        assert_value(dist.Backend.default_device_backend_map.get(unclaimed), name,
+                     f"default_device_backend_map[{unclaimed!r}], a device type nobody claimed")
+        assert_value(dist.Backend.default_device_backend_map.get(ctx.device_type),
+                     ctx.spec.collective_backend,
+                     f"default_device_backend_map[{ctx.device_type!r}] after another backend "
+                     "listed the device")
         assert name in dist.Backend.backend_list, f"{name!r} is not in Backend.backend_list"
     finally:
-        for d, backend in saved.items():
-            dist.Backend.default_device_backend_map[d] = backend
+        dist.Backend.default_device_backend_map.pop(unclaimed, None)
         dist.Backend.backend_capability.pop(name, None)
         if name in dist.Backend.backend_list:
             dist.Backend.backend_list.remove(name)
         dist.Backend._plugins.pop(name.upper(), None)
         delattr(dist.Backend, name.upper())
-    assert_value(dist.get_default_backend_for_device(ctx.device_type),
-                 ctx.spec.collective_backend, "the device's default backend after the probe")
 
 
 def _backend_options():
@@ -246,7 +247,7 @@ def _backend_options():
     return torch._C._distributed_c10d.Backend.Options
 
 
-@check(world_size=2, also_at=(4, 8))
+@check
 def backend_options_cache_key(ctx):
     """Where torch's DeviceMesh caches process groups by layout and backend options
     (pytorch/pytorch PR 175571: _DeviceMeshUniverse, keyed by (_MeshLayout, BackendConfig), with
@@ -278,7 +279,7 @@ def _torchcomms_reason() -> str | None:
     return None
 
 
-@check(world_size=2, also_at=(4, 8))
+@check
 def torchcomms_routing(ctx):
     """With TorchComms enabled (torch.distributed.config.use_torchcomms, set by
     TORCH_DISTRIBUTED_USE_TORCHCOMMS=1), a new group on the backend still runs the device's
