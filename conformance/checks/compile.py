@@ -369,8 +369,10 @@ def dtensor_random(ctx, backend):
                 ctx.skip(f"unsupported by torch {torch.__version__.split('+')[0]}: DTensor "
                          "random ops enter the compiled graph (run_dtensor_rng_op) on CUDA "
                          f"only; on {ctx.device_type} Dynamo stops tracing the RNG tracker "
-                         "under FakeTensorMode (upstream PR 187969 adds XPU); eager DTensor "
-                         "random ops are checked in the rng area")
+                         "under FakeTensorMode (pytorch/pytorch PR 187969 adds XPU); works "
+                         "from torch 2.15, where DTensor's dispatch takes that path for the "
+                         "current accelerator; eager DTensor random ops are checked in the rng "
+                         "area")
             assert offsets == want_offsets, (
                 f"call {call}: RNG offset before/after {offsets}, eager {want_offsets}")
             for name, g, e in zip(("uniform_", "dropout"), got, want, strict=True):

@@ -257,7 +257,8 @@ def backend_options_cache_key(ctx):
     Backend.Options compare by identity (no such cache there)."""
     options = _backend_options()
     if options.__eq__ is object.__eq__:
-        ctx.skip(f"torch {torch.__version__}: c10d Backend.Options compare by identity, so "
+        ctx.skip(f"unsupported by torch {torch.__version__.split('+')[0]}: c10d "
+                 "Backend.Options compare by identity, so "
                  "DeviceMesh has no process-group cache keyed by them (pytorch/pytorch PR "
                  "175571 adds both); nothing to check on this torch")
     first, second = options(ctx.spec.collective_backend), options(ctx.spec.collective_backend)
@@ -273,9 +274,10 @@ def _torchcomms_reason() -> str | None:
     try:
         import torchcomms  # noqa: F401
     except ImportError as exc:
-        return (f"TorchComms is not installed ({exc}): torch {torch.__version__} routes "
-                "TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 groups through it only when "
-                "`import torchcomms` works (distributed_c10d._TORCHCOMM_AVAILABLE)")
+        return (f"unsupported by torch {torch.__version__.split('+')[0]} here: TorchComms is "
+                f"not installed ({exc}), and torch routes TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 "
+                "groups through it only when `import torchcomms` works "
+                "(distributed_c10d._TORCHCOMM_AVAILABLE)")
     return None
 
 
