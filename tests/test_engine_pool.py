@@ -97,3 +97,39 @@ def test_a_check_failing_on_one_rank_while_another_waits_ends_in_seconds():
     finally:
         pool.close(graceful=False)
     assert engine_env.children(os.getpid()) == []
+
+
+def test_a_spawn_failing_mid_loop_kills_only_the_pools_own_group(monkeypatch):
+    """A rank that cannot be spawned after rank 0 was: the pool kills and reaps rank 0 through
+    rank 0's process group, never ``os.killpg(0, ...)`` (the caller's own group: the CLI,
+    pytest, tox)."""
+    import subprocess
+
+    from accelkit.conformance import pool as pool_module
+
+    real_popen, real_killpg = subprocess.Popen, os.killpg
+    spawned, killed = [], []
+
+    def popen(*args, **kwargs):
+        if spawned:
+            raise OSError("no second rank today")
+        spawned.append(real_popen(*args, **kwargs))
+        return spawned[-1]
+
+    def killpg(pgid, sig):
+        killed.append(pgid)
+        if pgid in (0, os.getpgrp()):
+            raise AssertionError(f"os.killpg({pgid}) would signal the caller's own group")
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(pool_module.subprocess, "Popen", popen)
+    monkeypatch.setattr(pool_module.os, "killpg", killpg)
+    try:
+        _pool()
+    except OSError as exc:
+        assert "no second rank" in str(exc)
+    else:
+        raise AssertionError("the pool started without its second rank")
+    assert killed == [spawned[0].pid]
+    assert spawned[0].returncode is not None
+    assert engine_env.children(os.getpid()) == []
