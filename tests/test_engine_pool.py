@@ -133,3 +133,39 @@ def test_a_spawn_failing_mid_loop_kills_only_the_pools_own_group(monkeypatch):
     assert killed == [spawned[0].pid]
     assert spawned[0].returncode is not None
     assert engine_env.children(os.getpid()) == []
+
+
+def test_a_reset_that_raises_is_the_checks_error_not_a_dead_rank():
+    """The per-check reset runs inside the check's ``try``: when an earlier check left the rank
+    unable to reset, the next check is ERROR naming the reset, and the rank lives on."""
+    pool = _pool()
+    try:
+        ranks, torn_down = pool.run("pool.breaks_the_reset", timeout_s=30)
+        assert torn_down is None and [r.status for r in ranks] == ["pass", "pass"]
+        ranks, torn_down = pool.run("fixture.broadcast", timeout_s=30)
+        assert torn_down is None, [r.message for r in ranks]
+        assert [r.status for r in ranks] == ["error", "error"]
+        assert "manual_seed broken" in ranks[0].message
+        assert "resetting the rank's state before the check" in ranks[0].message
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []
+
+
+def test_an_asynchronous_error_is_charged_to_the_check_that_queued_it(monkeypatch):
+    """On an asynchronous device the engine synchronizes it after every check: a kernel that
+    fails after its check returned is that check's ERROR, and the next check passes."""
+    monkeypatch.setenv("ACCELKIT_MOCK_ASYNC", "1")
+    pool = Pool("mock", 2, modules=[engine_env.CHECKS, POOL_CHECKS], builtin=False)
+    try:
+        ranks, torn_down = pool.run("pool.leaves_a_failing_kernel", timeout_s=60)
+        assert torn_down is None
+        assert [r.status for r in ranks] == ["error", "error"], [r.message for r in ranks]
+        assert "queued by pool.leaves_a_failing_kernel" in ranks[0].message
+        assert "synchronizing the device after the check" in ranks[0].message
+        ranks, torn_down = pool.run("fixture.broadcast", timeout_s=60)
+        assert torn_down is None and [r.status for r in ranks] == ["pass", "pass"], (
+            [r.message for r in ranks])
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []
