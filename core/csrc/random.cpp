@@ -37,6 +37,37 @@ void draw(uint64_t seed, uint64_t offset, int64_t n, const F& f) {
   });
 }
 
+// fill(contiguous CPU tensor, seed, offset) into device tensor `self`, now: in place on
+// host-accessible memory, else through a host buffer copied in with the runtime's plain copy
+// (on an asynchronous device this runs as the stream's task, so that copy is in stream order).
+template <typename Fill>
+void fill_in_order(const at::Tensor& self, uint64_t seed, uint64_t offset, const Fill& f) {
+  const bool zero_copy = runtime().host_accessible();
+  if (zero_copy && self.is_contiguous()) {
+    at::Tensor host = host_view(self);
+    f(host, seed, offset);
+    return;
+  }
+  at::Tensor host = at::empty(self.sizes(), self.options().device(c10::DeviceType::CPU));
+  f(host, seed, offset);
+  if (zero_copy) {
+    host_view(self).copy_(host);
+    return;
+  }
+  const int device = self.device().index();
+  c10::StorageImpl* storage = self.storage().unsafeGetStorageImpl();
+  if (self.is_contiguous()) {
+    runtime().copy(static_cast<char*>(storage->mutable_data()) +
+                       self.storage_offset() * static_cast<int64_t>(self.itemsize()),
+                   device, host.data_ptr(), kHost, host.nbytes());
+    return;
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(storage->nbytes())}, at::kByte);
+  runtime().copy(bytes.data_ptr(), kHost, storage->data(), device, storage->nbytes());
+  host_tensor(bytes.storage(), self).copy_(host);
+  runtime().copy(storage->mutable_data(), device, bytes.data_ptr(), kHost, storage->nbytes());
+}
+
 // Reserve the generator's stream for `self` and call fill(contiguous CPU tensor, seed,
 // offset); the result lands in `self`.
 template <typename Fill>
@@ -53,19 +84,12 @@ at::Tensor& fill(at::Tensor& self, const std::optional<at::Generator>& gen, cons
 #endif
   }
   if (self.numel() == 0) return self;
-  if (runtime().host_accessible() && self.is_contiguous()) {
-    at::Tensor host = host_view(self);
-    if (!runtime().async()) {
-      f(host, seed, offset);
-    } else {  // the kernel, on the current stream (it holds the memory's view, and f by value)
-      const int device = self.device().index();
-      runtime().launch(device, current_stream(device), "random",
-                       [host, seed, offset, f]() mutable { f(host, seed, offset); });
-    }
+  if (runtime().async()) {  // the kernel, on the current stream; it holds self (its memory)
+    const int device = self.device().index();
+    runtime().launch(device, current_stream(device), "random",
+                     [self, seed, offset, f]() mutable { fill_in_order(self, seed, offset, f); });
   } else {
-    at::Tensor host = at::empty(self.sizes(), self.options().device(c10::DeviceType::CPU));
-    f(host, seed, offset);
-    self.copy_(host);
+    fill_in_order(self, seed, offset, f);
   }
   return self;
 }
