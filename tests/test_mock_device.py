@@ -520,6 +520,32 @@ else:
             torch.mock.synchronize()
         torch.mock.synchronize()  # raised once; the device works again
         assert torch.ones(2, device="mock").sum().item() == 2.0
+    def test_every_wait_terminates_after_an_asynchronous_error():
+        """After a queued kernel failed, the device drops the work queued behind it, event
+        records included; the events complete all the same, so Event.synchronize(), a stream
+        waiting on such an event and the host waiting on that stream all return, and the error
+        is raised once, by the next synchronizing call."""
+        import threading
+
+        from accelkit.backends.mock import _C
+
+        if not torch.mock.is_async():
+            return
+        side = torch.mock.Stream()
+        _C._fail("first")
+        done = torch.mock.Event()
+        done.record()  # dropped: queued after the failure
+        side.wait_event(done)
+        finished = []
+        waiter = threading.Thread(target=lambda: (done.synchronize(), finished.append(True)))
+        waiter.start()
+        waiter.join(30)
+        assert finished, "Event.synchronize() blocks forever on a record dropped after an error"
+        with pytest.raises(RuntimeError, match="_fail failed on device 0: first"):
+            side.synchronize()
+        torch.mock.synchronize()  # raised once
+        assert torch.ones(2, device="mock").sum().item() == 2.0
+
     def test_pin_memory_and_storage_resize():
         pinned = torch.arange(6.0).pin_memory()
         assert pinned.is_pinned() and not torch.arange(6.0).is_pinned()
