@@ -389,6 +389,26 @@ else:
         drawn = u.cpu()
         assert 0.0 <= drawn.min().item() and drawn.max().item() < 1.0 and drawn.std().item() > 0.2
 
+    def test_a_queued_op_computes_on_the_memory_its_arguments_had_at_the_call():
+        """FSDP2 frees an unsharded parameter (untyped_storage().resize_(0)) right after queueing
+        the ops that read it: a queued op computes on the memory the tensor had when the op
+        was called, as a kernel launch takes its pointers, not on what the tensor holds when
+        the stream gets there (the freed block is reused only by work queued after)."""
+        import math
+
+        from accelkit.backends.mock import _C
+
+        x = torch.ones(1 << 10, device="mock")
+        _C._sleep(300)
+        y = torch.exp(x)  # through the fallback: queued behind the sleep
+        u = torch.empty_like(x).uniform_()
+        x.untyped_storage().resize_(0)
+        u_memory = u.untyped_storage()
+        u.set_(torch.empty(0, device="mock"))  # the tensor re-pointed before its kernel ran
+        torch.testing.assert_close(y.cpu(), torch.full((1 << 10,), math.e))
+        drawn = torch.empty(0, device="mock").set_(u_memory).cpu()
+        assert drawn.min().item() >= 0.0 and drawn.std().item() > 0.2
+
     def test_a_queued_fallback_ops_error_surfaces_at_the_next_synchronization():
         """A CPU kernel that fails in a queued op (an index out of range, which no shape
         inference sees) is the stream's asynchronous error, naming the op, as a CUDA kernel's

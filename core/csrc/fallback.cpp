@@ -390,35 +390,42 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
   return true;
 }
 
-// A task's host image of one device storage: a view of it (zero copy) or a copy made with the
-// runtime's plain copy, in stream order (the task runs after the work queued before it).
+// A device tensor as the launch sees it: a CPU tensor over the device memory it has at the
+// call (sizes, strides, offset and data pointer taken now, as a kernel launch takes its
+// pointers). A later resize_(0) or set_ of the tensor does not change what the task computes
+// on; freed meanwhile, the memory goes back to its stream's cache (or, adopted, is released by
+// a task on that stream), so it stays valid for the work queued on the stream before. On
+// discrete memory it is a CPU tensor in name only: its data pointer is a device pointer, which
+// only the runtime's copy reads and writes.
+at::Tensor at_launch(const at::Tensor& t) { return is_device(t) ? host_view(t) : t; }
+
+// A task's host image of one piece of discrete device memory, copied in with the runtime's
+// plain copy in stream order (the task runs after the work queued before it), and its bytes
+// before the kernel ran.
 struct TaskImage {
-  c10::StorageImpl* device;
-  at::Tensor host_bytes;  // discrete: the copy; its bytes before the kernel in `before`
+  void* device_data;
+  at::Tensor host_bytes;
   at::Tensor before;
 };
 
+// The CPU kernel's view of the launch-time tensors: those tensors themselves on
+// host-accessible memory (zero copy), else host images of the memory they point to.
 struct Task {
   bool zero_copy;
   int device;
   c10::SmallVector<TaskImage, 4> images;
 
-  at::Tensor host(const at::Tensor& t) {
-    if (!is_device(t)) return t;
-    if (zero_copy) return host_view(t);
-    c10::StorageImpl* ds = t.storage().unsafeGetStorageImpl();
+  at::Tensor host(const at::Tensor& view, bool is_device_memory) {
+    if (zero_copy || !is_device_memory || !view.defined()) return view;
+    void* data = view.storage().mutable_data();
     for (const TaskImage& image : images) {
-      if (image.device == ds) return host_tensor(image.host_bytes.storage(), t);
+      if (image.device_data == data) return host_tensor(image.host_bytes.storage(), view);
     }
-    const auto nbytes = static_cast<int64_t>(ds->nbytes());
+    const auto nbytes = static_cast<int64_t>(view.storage().nbytes());
     at::Tensor bytes = at::empty({nbytes}, at::kByte);
-    if (nbytes > 0) runtime().copy(bytes.data_ptr(), kHost, ds->data(), device, nbytes);
-    images.push_back({ds, bytes, bytes.clone()});
-    return host_tensor(bytes.storage(), t);
-  }
-
-  c10::IValue host(const c10::IValue& v) {
-    return map_tensors(v, [this](const at::Tensor& t) { return host(t); });
+    if (nbytes > 0) runtime().copy(bytes.data_ptr(), kHost, data, device, nbytes);
+    images.push_back({data, bytes, bytes.clone()});
+    return host_tensor(bytes.storage(), view);
   }
 
   // Discrete: copy back every image the kernel changed (compared with its bytes before: some
@@ -429,43 +436,61 @@ struct Task {
       if (n == 0 || std::memcmp(image.host_bytes.data_ptr(), image.before.data_ptr(), n) == 0) {
         continue;
       }
-      runtime().copy(image.device->mutable_data(), device, image.host_bytes.data_ptr(), kHost, n);
+      runtime().copy(image.device_data, device, image.host_bytes.data_ptr(), kHost, n);
     }
   }
 
-  // A fresh CPU result into its preallocated device output.
+  // A fresh CPU result into its preallocated device output (`out`: its launch-time view).
   void store(const at::Tensor& out, const at::Tensor& result, const c10::OperatorName& name) {
     if (!out.defined()) return;
     TORCH_CHECK(result.sizes() == out.sizes(), name, ": the CPU kernel returned sizes ",
                 result.sizes(), " where its meta kernel inferred ", out.sizes());
     if (zero_copy) {
-      host_view(out).copy_(result);
+      out.copy_(result);
       return;
     }
-    c10::StorageImpl* ds = out.storage().unsafeGetStorageImpl();
-    at::Tensor bytes = at::empty({static_cast<int64_t>(ds->nbytes())}, at::kByte);
+    const auto nbytes = static_cast<int64_t>(out.storage().nbytes());
+    at::Tensor bytes = at::empty({nbytes}, at::kByte);
     host_tensor(bytes.storage(), out).copy_(result);
-    if (bytes.numel() > 0) {
-      runtime().copy(ds->mutable_data(), device, bytes.data_ptr(), kHost, bytes.numel());
+    if (nbytes > 0) {
+      runtime().copy(out.storage().mutable_data(), device, bytes.data_ptr(), kHost, nbytes);
     }
   }
 };
+
+// For each tensor of `v`: whether it is device memory (CPU arguments are passed as they are).
+void device_flags(const c10::IValue& v, std::vector<bool>& flags) {
+  for_each_tensor(v, [&](const at::Tensor& t) { flags.push_back(is_device(t)); });
+}
 
 // Launch the op as one task on the current stream (4. above); false if it must run now.
 bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t first,
                   int device) {
   torch::jit::Stack outputs;
   if (!plan_outputs(op, *stack, first, device, outputs)) return false;
-  auto args = std::make_shared<torch::jit::Stack>(stack->begin() + first, stack->end());
-  auto outs = std::make_shared<torch::jit::Stack>(outputs);
+  // The arguments, held until the task ran; what the task computes on: their launch-time views.
+  auto held = std::make_shared<torch::jit::Stack>(stack->begin() + first, stack->end());
+  auto views = std::make_shared<torch::jit::Stack>();
+  auto on_device = std::make_shared<std::vector<bool>>();
+  for (const c10::IValue& v : *held) {
+    device_flags(v, *on_device);
+    views->push_back(map_tensors(v, at_launch));
+  }
+  auto outs = std::make_shared<torch::jit::Stack>();
+  for (const c10::IValue& v : outputs) outs->push_back(map_tensors(v, at_launch));
   const bool zero_copy = runtime().host_accessible();
   // The op's name lives as long as its registration (the process), as `what` must.
   runtime().launch(device, current_stream(device), op.operator_name().name.c_str(),
-                   [op, args, outs, zero_copy, device] {
+                   [op, held, views, on_device, outs, zero_copy, device] {
     Task task{zero_copy, device, {}};
     torch::jit::Stack host;
-    host.reserve(args->size());
-    for (const c10::IValue& v : *args) host.push_back(task.host(v));
+    host.reserve(views->size());
+    size_t k = 0;
+    for (const c10::IValue& v : *views) {
+      host.push_back(map_tensors(v, [&](const at::Tensor& t) {
+        return task.host(t, (*on_device)[k++]);
+      }));
+    }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
     if (!zero_copy) task.write_back();
     const auto& rets = op.schema().returns();
