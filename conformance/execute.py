@@ -8,7 +8,8 @@ value every rank agrees on (so the next ``new_group`` gets the same name everywh
 a check that failed on one rank only); no ambient ``with mesh:`` is left (PR 134247); DTensor's
 RNG tracker is dropped (PR 103235); host and device RNGs are reseeded with the same seed on
 every rank; peak-memory counters are reset. torch has no public API for the first five:
-:mod:`accelkit.core.torch_internals` does them.
+:mod:`accelkit.core.torch_internals` does them. After the check the device is synchronized, so
+an asynchronous device's queued error is the result of the check that queued it.
 """
 
 from __future__ import annotations
