@@ -8,7 +8,8 @@ value every rank agrees on (so the next ``new_group`` gets the same name everywh
 a check that failed on one rank only); no ambient ``with mesh:`` is left (PR 134247); DTensor's
 RNG tracker is dropped (PR 103235); host and device RNGs are reseeded with the same seed on
 every rank; peak-memory counters are reset. torch has no public API for the first five:
-:mod:`accelkit.core.torch_internals` does them.
+:mod:`accelkit.core.torch_internals` does them. After the check the device is synchronized, so
+an asynchronous device's queued error is the result of the check that queued it.
 """
 
 from __future__ import annotations
@@ -125,24 +126,56 @@ def _short_repr(value: Any, limit: int = 200) -> str | None:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def synchronize(handle) -> None:
+    """Wait for the work the check queued on the device (``handle.synchronize()``; nothing on
+    cpu): an asynchronous device raises a queued kernel's or collective's error here, so it is
+    charged to the check that queued it, not to the next one."""
+    if handle is not None and hasattr(handle, "synchronize"):
+        handle.synchronize()
+
+
 def run_on_rank(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankResult:
-    """Run ``check`` on this rank from a clean state and describe what happened."""
-    reset_state(ctx.spec.device_type, group_count_before)
+    """Run ``check`` on this rank from a clean state and describe what happened. The reset, the
+    check and the device synchronization after it run under one ``try``: whatever raises is
+    this check's result (ERROR naming the step), never an exception that kills the rank."""
     handle = device_handle(ctx.spec.device_type)
-    reset_peak_memory(handle)
     result = RankResult(rank=ctx.rank, status="pass")
     start = time.perf_counter()
+    step = "resetting the rank's state before the check"
     try:
-        result.returned = _short_repr(check.fn(ctx))
+        reset_state(ctx.spec.device_type, group_count_before)
+        reset_peak_memory(handle)
+        step = "the check"
+        returned = check.fn(ctx)
+        step = "synchronizing the device after the check"
+        synchronize(handle)
+        result.returned = _short_repr(returned)
     except Skip as exc:
         result.status, result.message = "skip", str(exc)
     except AssertionError as exc:
         result.status, result.message = "fail", _assertion_message(exc)
         result.traceback = _check_traceback(exc)
     except BaseException as exc:  # noqa: BLE001 (SystemExit from a check is an error too)
-        result.status, result.message = "error", _describe_exception(exc)
+        where = "" if step == "the check" else f" ({step})"
+        result.status, result.message = "error", _describe_exception(exc) + where
         result.traceback = _check_traceback(exc)
+    if result.status != "pass":
+        _drain(handle, result)
     result.duration_s = round(time.perf_counter() - start, 6)
     result.peak_host_mb, result.peak_device_mb = peak_memory(handle)
     result.group_count = torch_internals.group_counter()
     return result
+
+
+def _drain(handle, result: RankResult) -> None:
+    """After a check that did not pass: wait for what it left queued on the device, so its
+    asynchronous errors do not surface in the next check; such an error is added to this
+    check's message (a SKIP that left a failing kernel behind becomes an ERROR)."""
+    try:
+        synchronize(handle)
+    except Exception as exc:  # noqa: BLE001 (reported, the rank goes on)
+        queued = f"synchronizing the device after the check raised {_describe_exception(exc)}"
+        if result.status == "skip":
+            result.status, result.message = "error", f"{queued} (the check skipped: {result.message})"
+        else:
+            result.message = f"{result.message}; {queued}"

@@ -81,7 +81,9 @@ class Pool:
         self.group_count = 0
         self.alive = False
         self._closed = False
-        self.pgid = 0
+        #: The ranks' process group (rank 0's pid), known as soon as rank 0 is spawned; None
+        #: before that. Never 0: ``os.killpg(0, ...)`` would signal the caller's own group.
+        self.pgid: int | None = None
         self._logdir = tempfile.TemporaryDirectory(prefix="accelkit-pool-")
         started = time.perf_counter()
         try:
@@ -95,7 +97,6 @@ class Pool:
 
     # -- start-up ---------------------------------------------------------------------------
     def _spawn(self, modules, builtin, memory_limit_mb, pg_timeout_s) -> None:
-        pgid = 0
         for rank in range(self.world_size):
             parent_sock, child_sock = socket.socketpair()
             config = {"rank": rank, "world_size": self.world_size, "backend": self.backend,
@@ -112,13 +113,13 @@ class Pool:
                     [sys.executable, "-m", "accelkit.conformance.worker",
                      str(child_sock.fileno()), json.dumps(config)],
                     pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=subprocess.STDOUT, process_group=pgid)
-            child_sock.close()
-            if pgid == 0:
-                pgid = proc.pid
+                    stdout=out, stderr=subprocess.STDOUT,
+                    process_group=0 if self.pgid is None else self.pgid)
             self.procs.append(proc)
+            if self.pgid is None:  # rank 0 leads the group (process_group=0: its own pid)
+                self.pgid = proc.pid
+            child_sock.close()
             self.conns.append(Connection(parent_sock.detach()))
-        self.pgid = pgid
 
     def _recv(self, rank: int, deadline: float) -> dict:
         conn = self.conns[rank]
@@ -312,8 +313,8 @@ class Pool:
                     proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     break
-        if any(proc.poll() is None for proc in self.procs):  # the group still has a member
-            try:
+        if self.pgid is not None and any(proc.poll() is None for proc in self.procs):
+            try:  # the group still has a member
                 os.killpg(self.pgid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass

@@ -97,3 +97,75 @@ def test_a_check_failing_on_one_rank_while_another_waits_ends_in_seconds():
     finally:
         pool.close(graceful=False)
     assert engine_env.children(os.getpid()) == []
+
+
+def test_a_spawn_failing_mid_loop_kills_only_the_pools_own_group(monkeypatch):
+    """A rank that cannot be spawned after rank 0 was: the pool kills and reaps rank 0 through
+    rank 0's process group, never ``os.killpg(0, ...)`` (the caller's own group: the CLI,
+    pytest, tox)."""
+    import subprocess
+
+    from accelkit.conformance import pool as pool_module
+
+    real_popen, real_killpg = subprocess.Popen, os.killpg
+    spawned, killed = [], []
+
+    def popen(*args, **kwargs):
+        if spawned:
+            raise OSError("no second rank today")
+        spawned.append(real_popen(*args, **kwargs))
+        return spawned[-1]
+
+    def killpg(pgid, sig):
+        killed.append(pgid)
+        if pgid in (0, os.getpgrp()):
+            raise AssertionError(f"os.killpg({pgid}) would signal the caller's own group")
+        real_killpg(pgid, sig)
+
+    monkeypatch.setattr(pool_module.subprocess, "Popen", popen)
+    monkeypatch.setattr(pool_module.os, "killpg", killpg)
+    try:
+        _pool()
+    except OSError as exc:
+        assert "no second rank" in str(exc)
+    else:
+        raise AssertionError("the pool started without its second rank")
+    assert killed == [spawned[0].pid]
+    assert spawned[0].returncode is not None
+    assert engine_env.children(os.getpid()) == []
+
+
+def test_a_reset_that_raises_is_the_checks_error_not_a_dead_rank():
+    """The per-check reset runs inside the check's ``try``: when an earlier check left the rank
+    unable to reset, the next check is ERROR naming the reset, and the rank lives on."""
+    pool = _pool()
+    try:
+        ranks, torn_down = pool.run("pool.breaks_the_reset", timeout_s=30)
+        assert torn_down is None and [r.status for r in ranks] == ["pass", "pass"]
+        ranks, torn_down = pool.run("fixture.broadcast", timeout_s=30)
+        assert torn_down is None, [r.message for r in ranks]
+        assert [r.status for r in ranks] == ["error", "error"]
+        assert "manual_seed broken" in ranks[0].message
+        assert "resetting the rank's state before the check" in ranks[0].message
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []
+
+
+def test_an_asynchronous_error_is_charged_to_the_check_that_queued_it(monkeypatch):
+    """On an asynchronous device the engine synchronizes it after every check: a kernel that
+    fails after its check returned is that check's ERROR, and the next check passes."""
+    monkeypatch.setenv("ACCELKIT_MOCK_ASYNC", "1")
+    pool = Pool("mock", 2, modules=[engine_env.CHECKS, POOL_CHECKS], builtin=False)
+    try:
+        ranks, torn_down = pool.run("pool.leaves_a_failing_kernel", timeout_s=60)
+        assert torn_down is None
+        assert [r.status for r in ranks] == ["error", "error"], [r.message for r in ranks]
+        assert "queued by pool.leaves_a_failing_kernel" in ranks[0].message
+        assert "synchronizing the device after the check" in ranks[0].message
+        ranks, torn_down = pool.run("fixture.broadcast", timeout_s=60)
+        assert torn_down is None and [r.status for r in ranks] == ["pass", "pass"], (
+            [r.message for r in ranks])
+    finally:
+        pool.close(graceful=False)
+    assert engine_env.children(os.getpid()) == []

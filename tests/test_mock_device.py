@@ -243,8 +243,9 @@ else:
         x = torch.empty(MiB // 4, device="mock")
         assert torch.mock.memory_allocated() == base + 2 * MiB
         assert torch.mock.memory_reserved() == reserved + 2 * MiB
-        y = x + 1  # a fallback output: adopted (1 MiB) on host memory, a new block otherwise
-        extra = MiB if torch.mock.host_accessible() else 2 * MiB
+        y = x + 1  # a fallback output: adopted (1 MiB) on synchronous host memory, else a new
+        extra = MiB if torch.mock.host_accessible() and not torch.mock.is_async() else 2 * MiB
+        # block (allocated ahead of the queued kernel on an asynchronous device)
         assert torch.mock.memory_allocated() == base + 2 * MiB + extra
         assert torch.accelerator.memory_allocated() == base + 2 * MiB + extra
         ptr = x.data_ptr()
@@ -351,6 +352,179 @@ else:
         side.synchronize()
         assert torch.equal(out.cpu(), torch.full((1 << 18,), 9.0))
 
+    def test_ops_without_a_native_kernel_are_launches():
+        """Asynchronous mock: ops through the fallback (a reduction, a matmul, elementwise), in
+        place (mul_), out= and random (uniform_) return before their work ran: queued behind a
+        sleep, the stream is still busy when they return, and the values are right once it ran.
+        A synchronous mock runs the same program and checks the values."""
+        from accelkit.backends.mock import _C
+
+        host = torch.arange(16.0).reshape(4, 4) / 4
+        x = host.to("mock")
+        y, out, u = x.clone(), torch.empty(4, 4, device="mock"), torch.empty(1 << 12, device="mock")
+        torch.mock.synchronize()
+        busy = []
+        _C._sleep(500)  # each call below returns while the stream still sleeps, or after it ran
+        e = torch.exp(x)
+        busy.append(not torch.mock.current_stream().query())
+        m = torch.mm(x, x)
+        busy.append(not torch.mock.current_stream().query())
+        total = x.sum()
+        busy.append(not torch.mock.current_stream().query())
+        r = torch.relu(x)
+        busy.append(not torch.mock.current_stream().query())
+        y.mul_(3.0)
+        busy.append(not torch.mock.current_stream().query())
+        torch.sqrt(x, out=out)
+        busy.append(not torch.mock.current_stream().query())
+        u.uniform_()
+        busy.append(not torch.mock.current_stream().query())
+        assert busy == [torch.mock.is_async()] * 7, busy
+        torch.testing.assert_close(e.cpu(), torch.exp(host))
+        torch.testing.assert_close(m.cpu(), torch.mm(host, host))
+        torch.testing.assert_close(total.cpu(), host.sum())
+        torch.testing.assert_close(r.cpu(), torch.relu(host))
+        torch.testing.assert_close(y.cpu(), host * 3)
+        torch.testing.assert_close(out.cpu(), torch.sqrt(host))
+        drawn = u.cpu()
+        assert 0.0 <= drawn.min().item() and drawn.max().item() < 1.0 and drawn.std().item() > 0.2
+
+    def test_a_queued_op_computes_on_the_memory_its_arguments_had_at_the_call():
+        """FSDP2 frees an unsharded parameter (untyped_storage().resize_(0)) right after queueing
+        the ops that read it: a queued op computes on the memory the tensor had when the op
+        was called, as a kernel launch takes its pointers, not on what the tensor holds when
+        the stream gets there (the freed block is reused only by work queued after)."""
+        import math
+
+        from accelkit.backends.mock import _C
+
+        x = torch.ones(1 << 10, device="mock")
+        _C._sleep(300)
+        y = torch.exp(x)  # through the fallback: queued behind the sleep
+        u = torch.empty_like(x).uniform_()
+        x.untyped_storage().resize_(0)
+        u_memory = u.untyped_storage()
+        u.set_(torch.empty(0, device="mock"))  # the tensor re-pointed before its kernel ran
+        torch.testing.assert_close(y.cpu(), torch.full((1 << 10,), math.e))
+        drawn = torch.empty(0, device="mock").set_(u_memory).cpu()
+        assert drawn.min().item() >= 0.0 and drawn.std().item() > 0.2
+
+    def test_a_queued_fallback_ops_error_surfaces_at_the_next_synchronization():
+        """A CPU kernel that fails in a queued op (an index out of range, which no shape
+        inference sees) is the stream's asynchronous error, naming the op, as a CUDA kernel's
+        device-side assert; a synchronous mock raises it at the call."""
+        x = torch.ones(4, 4, device="mock")
+        index = torch.tensor([0, 99], device="mock")
+        if not torch.mock.is_async():
+            with pytest.raises((IndexError, RuntimeError), match="out of range"):
+                torch.index_select(x, 0, index)
+            return
+        torch.index_select(x, 0, index)
+        with pytest.raises(RuntimeError, match="index_select failed on device 0"):
+            torch.mock.synchronize()
+        assert torch.ones(2, device="mock").sum().item() == 2.0
+
+    #: Elements of the fallback outputs the next two tests free early (8 MiB of float32).
+    ADOPTED = 1 << 21
+
+    def _adopted(value: float):
+        """A fallback output of ADOPTED elements equal to ``value``: masked_select's output
+        size depends on the mask's values, so the op runs at the call even on an asynchronous
+        device and its CPU kernel's buffer is adopted as device memory on host memory."""
+        keep = torch.ones(ADOPTED, dtype=torch.bool, device="mock")
+        return torch.masked_select(torch.full((ADOPTED,), value, device="mock"), keep)
+
+    def test_fallback_outputs_live_until_the_work_queued_on_their_stream_ran():
+        """A fallback output (on host memory, a CPU kernel's buffer adopted as device memory)
+        made on a side stream is freed only once that stream ran the work queued on it before
+        the free (the block records the stream it was made on, as an allocation does): freed
+        at once, the queued kernel would read memory the next adoptions took."""
+        from accelkit.backends.mock import _C
+
+        side = torch.mock.Stream()
+        with torch.mock.stream(side):
+            a = _adopted(1.0)
+            _C._sleep(300)
+            b = a * a  # queued behind the sleep, reads a
+        del a
+        reuse = [_adopted(5.0) for _ in range(4)]  # may take a's freed memory
+        side.synchronize()
+        assert torch.equal(b.cpu(), torch.ones(ADOPTED))
+        del reuse
+
+    def test_record_stream_keeps_fallback_outputs_alive():
+        """Tensor.record_stream on a fallback output (an adopted block): freed on the host while
+        another stream still has to read it, its memory outlives that read."""
+        from accelkit.backends.mock import _C
+
+        a = _adopted(1.0)
+        side = torch.mock.Stream()
+        side.wait_stream(torch.mock.current_stream())
+        with torch.mock.stream(side):
+            _C._sleep(300)
+            b = a * a
+        a.record_stream(side)
+        del a
+        reuse = [_adopted(5.0) for _ in range(4)]
+        side.synchronize()
+        assert torch.equal(b.cpu(), torch.ones(ADOPTED))
+        del reuse
+
+    def test_allocator_under_threads_streams_and_empty_cache():
+        """The caching allocator used from several host threads at once, each on its own stream,
+        with record_stream to a second stream, empty_cache() from another thread and requests
+        past the capacity (64 MiB here: the OOM retry path releases the cache first): every result
+        is right, nothing crashes, and a block freed while another thread releases the cache is
+        not given back with work still queued on it."""
+        import threading
+
+        from accelkit.backends.mock import _C
+
+        errors, stop = [], threading.Event()
+        n = 1 << 20  # 4 MiB blocks: two threads hold at most 32 MiB of the 64
+
+        def worker(seed):
+            try:
+                own, other = torch.mock.Stream(), torch.mock.Stream()
+                for i in range(20):
+                    with torch.mock.stream(own):
+                        x = torch.full((n,), float(seed + i), device="mock")
+                        _C._sleep(2)
+                        y = x + x  # queued, reads x
+                    other.wait_stream(own)
+                    with torch.mock.stream(other):
+                        z = x * x
+                    x.record_stream(other)
+                    del x  # cached while y and z still read it
+                    with pytest.raises(torch.OutOfMemoryError):  # over the capacity: the
+                        torch.empty(17 * n, device="mock")  # retry path releases the cache first
+                    own.synchronize()
+                    other.synchronize()
+                    v = float(seed + i)
+                    assert y[::4096].cpu().eq(2 * v).all(), f"thread {seed} step {i}: y"
+                    assert z[::4096].cpu().eq(v * v).all(), f"thread {seed} step {i}: z"
+                    del y, z
+            except BaseException as exc:  # noqa: BLE001 (reported by the main thread)
+                errors.append(exc)
+
+        def emptier():
+            while not stop.is_set():
+                torch.mock.empty_cache()
+
+        threads = [threading.Thread(target=worker, args=(seed,)) for seed in (1, 1000)]
+        cleaner = threading.Thread(target=emptier)
+        for t in [*threads, cleaner]:
+            t.start()
+        for t in threads:
+            t.join(120)
+        stop.set()
+        cleaner.join(60)
+        assert not any(t.is_alive() for t in [*threads, cleaner]), "a thread hangs"
+        assert not errors, errors
+        torch.mock.synchronize()
+        torch.mock.empty_cache()
+        assert torch.mock.memory_reserved() == torch.mock.memory_allocated(), "blocks left cached"
+
     def test_errors_of_queued_work_surface_at_the_next_synchronization():
         """An asynchronous kernel's error is raised by the next synchronizing call, naming the
         kernel (a synchronous device raises it at the call)."""
@@ -366,6 +540,32 @@ else:
             torch.mock.synchronize()
         torch.mock.synchronize()  # raised once; the device works again
         assert torch.ones(2, device="mock").sum().item() == 2.0
+    def test_every_wait_terminates_after_an_asynchronous_error():
+        """After a queued kernel failed, the device drops the work queued behind it, event
+        records included; the events complete all the same, so Event.synchronize(), a stream
+        waiting on such an event and the host waiting on that stream all return, and the error
+        is raised once, by the next synchronizing call."""
+        import threading
+
+        from accelkit.backends.mock import _C
+
+        if not torch.mock.is_async():
+            return
+        side = torch.mock.Stream()
+        _C._fail("first")
+        done = torch.mock.Event()
+        done.record()  # dropped: queued after the failure
+        side.wait_event(done)
+        finished = []
+        waiter = threading.Thread(target=lambda: (done.synchronize(), finished.append(True)))
+        waiter.start()
+        waiter.join(30)
+        assert finished, "Event.synchronize() blocks forever on a record dropped after an error"
+        with pytest.raises(RuntimeError, match="_fail failed on device 0: first"):
+            side.synchronize()
+        torch.mock.synchronize()  # raised once
+        assert torch.ones(2, device="mock").sum().item() == 2.0
+
     def test_pin_memory_and_storage_resize():
         pinned = torch.arange(6.0).pin_memory()
         assert pinned.is_pinned() and not torch.arange(6.0).is_pinned()

@@ -7,8 +7,9 @@ statistics torch's tooling reads.
 The ordering checks build hazards an asynchronous device exposes: a queue of kernels whose
 intermediate values differ from their result, on tensors large enough to take a while, so work
 that ran out of order reads a wrong value. A synchronous device (every call done when it
-returns; the mock's default, gloo's CPU) passes them trivially: they prove something only on an
-asynchronous device (the mock with ACCELKIT_MOCK_ASYNC=1, CUDA, ...).
+returns; the mock's default, gloo's CPU) cannot get them wrong, so there they SKIP with that
+reason: they prove something only on an asynchronous device (the mock with ACCELKIT_MOCK_ASYNC=1,
+CUDA, ...).
 """
 
 from __future__ import annotations
@@ -35,6 +36,18 @@ def _slowly(x: torch.Tensor, ones: torch.Tensor) -> torch.Tensor:
     for _ in range(CHAIN):
         x = x + ones
     return x
+
+
+def _asynchronous_only(ctx) -> None:
+    """SKIP on a device that says it is synchronous (``torch.<device>.is_async()`` False, as
+    accelkit's device module answers): there every call is done when it returns, so the
+    ordering a check builds cannot go wrong. A handle without ``is_async`` (torch.cuda) is
+    asynchronous."""
+    is_async = getattr(_handle(ctx), "is_async", None)
+    if is_async is not None and not is_async():
+        ctx.skip(f"{ctx.device_type} is synchronous (torch.{ctx.device_type}.is_async() is "
+                 "False): every call is done when it returns, so this ordering cannot go wrong; "
+                 "run it on the device's asynchronous mode (the mock: ACCELKIT_MOCK_ASYNC=1)")
 
 
 def _ends(t: torch.Tensor) -> torch.Tensor:
@@ -77,7 +90,8 @@ def collective_ordering(ctx):
     """A collective starts after the work queued before it on the current stream, and
     Work.wait() makes the current stream (not necessarily the host) wait for its result: a
     queued chain produces the input, the all_reduce runs, a kernel after wait() consumes it
-    (NCCL's semantics; torch.distributed Work.wait). Trivial on a synchronous device."""
+    (NCCL's semantics; torch.distributed Work.wait). SKIP on a synchronous device."""
+    _asynchronous_only(ctx)
     ones = torch.ones(BIG, device=ctx.device)
     x = _slowly(torch.full((BIG,), float(ctx.rank), device=ctx.device), ones)
     work = dist.all_reduce(x, async_op=True)
@@ -98,7 +112,8 @@ def side_stream_events(ctx):
     """Work on a side stream joined with events: the side stream waits for the producer
     (wait_stream), the current stream waits for the side stream's result (Event.record on the
     side stream, current_stream().wait_event) before using it (FSDP2's all-gather stream
-    pattern, torch.distributed.fsdp._fully_shard). Trivial on a synchronous device."""
+    pattern, torch.distributed.fsdp._fully_shard). SKIP on a synchronous device."""
+    _asynchronous_only(ctx)
     handle = _handle(ctx)
     ones = torch.ones(BIG, device=ctx.device)
     a = _slowly(torch.zeros(BIG, device=ctx.device), ones)  # CHAIN, on the current stream
@@ -120,7 +135,8 @@ def record_stream(ctx):
     """Tensor.record_stream: a tensor freed on the current stream while a side stream still
     reads it is not handed out again before the side stream is past that point (the caching
     allocator's stream semantics FSDP2 relies on, torch.Tensor.record_stream). The new tensor's write would otherwise land
-    before the side stream's reads. Trivial on a synchronous device."""
+    before the side stream's reads. SKIP on a synchronous device."""
+    _asynchronous_only(ctx)
     handle = _handle(ctx)
     t = torch.full((BIG,), 3.0, device=ctx.device)
     side = handle.Stream()

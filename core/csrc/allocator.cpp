@@ -82,10 +82,10 @@ c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
     }
   }
   if (block == nullptr) {  // the cache stands in the way: give it back and try once more
-    settle(device);
+    const uint64_t settled = settle(device);
     std::lock_guard<std::mutex> lock(d.mutex);
     d.num_alloc_retries += 1;
-    release_cached(d, device);
+    release_cached(d, device, settled);
     block = new_segment(d, device, size, why);
     if (block == nullptr) {
       d.num_ooms += 1;
@@ -99,8 +99,15 @@ c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
   return {block->data, block, &delete_block, where};
 }
 
-void DeviceAllocator::settle(int device) {
+uint64_t DeviceAllocator::settle(int device) {
+  Device& d = state(device);
+  uint64_t settled = 0;
+  {
+    std::lock_guard<std::mutex> lock(d.mutex);
+    settled = d.frees;
+  }
   if (runtime().async()) runtime().synchronize(device);
+  return settled;
 }
 
 DeviceAllocator::Block* DeviceAllocator::take_cached(Device& d, int64_t stream, size_t size) {
@@ -164,18 +171,24 @@ void DeviceAllocator::collect_freed(Device& d) {
 }
 
 // Caller settled the device first (queued work may still use cached blocks: stream-ordered
-// reuse), so every freed block's streams are past it.
-void DeviceAllocator::release_cached(Device& d, int device) {
+// reuse), so the streams of every block freed before the settle are past it. A block freed
+// since (by another thread, while this one waited without the lock) is left cached.
+void DeviceAllocator::release_cached(Device& d, int device, uint64_t settled) {
   collect_freed(d);
-  for (Block* block : d.cached) {
+  for (auto it = d.cached.begin(); it != d.cached.end();) {
+    Block* block = *it;
+    if (block->freed_at > settled) {
+      ++it;
+      continue;
+    }
     runtime().release(device, block->data);
     d.segments.erase(block->data);
     d.reserved_bytes.decrease(block->size);
     d.segment.decrease(1);
     d.num_device_free += 1;
     delete block;
+    it = d.cached.erase(it);
   }
-  d.cached.clear();
 }
 
 c10::DataPtr DeviceAllocator::adopt(c10::intrusive_ptr<c10::StorageImpl> owner, int device) {
@@ -189,11 +202,11 @@ c10::DataPtr DeviceAllocator::adopt(c10::intrusive_ptr<c10::StorageImpl> owner, 
     std::lock_guard<std::mutex> lock(d.mutex);
     full = static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device);
   }
-  if (full) settle(device);
+  const uint64_t settled = full ? settle(device) : 0;
   std::lock_guard<std::mutex> lock(d.mutex);
   if (static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device)) {
     d.num_alloc_retries += 1;
-    release_cached(d, device);
+    release_cached(d, device, settled);
     if (static_cast<size_t>(d.reserved_bytes.current) + nbytes > capacity(device)) {
       d.num_ooms += 1;
       raise_oom(d, device, nbytes, "");
@@ -204,6 +217,7 @@ c10::DataPtr DeviceAllocator::adopt(c10::intrusive_ptr<c10::StorageImpl> owner, 
   block->size = nbytes;
   block->requested = nbytes;
   block->device = device;
+  block->stream = current_stream(device);  // queued work on it reads the buffer: see free_block
   block->owner = std::move(owner);
   d.segments.emplace(data, block);
   d.reserved_bytes.increase(nbytes);
@@ -220,6 +234,7 @@ void DeviceAllocator::free_block(Block* block) {
     d.allocation.decrease(1);
     d.allocated_bytes.decrease(block->size);
     d.requested_bytes.decrease(block->requested);
+    block->freed_at = ++d.frees;
     if (block->owner) {  // adopted: back to its CPU storage, once queued work is past it
       owner = std::move(block->owner);
       if (runtime().async()) {
@@ -259,10 +274,10 @@ void DeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) 
 
 void DeviceAllocator::emptyCache(c10::MempoolId_t /*pool*/) {
   for (int device = 0; device < static_cast<int>(devices_.size()); ++device) {
-    settle(device);  // outside the lock: the wait may let other threads run
+    const uint64_t settled = settle(device);  // outside the lock: other threads run meanwhile
     Device& d = state(device);
     std::lock_guard<std::mutex> lock(d.mutex);
-    release_cached(d, device);
+    release_cached(d, device, settled);
   }
 }
 
@@ -271,7 +286,7 @@ void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) 
   if (faults::active("record_stream_ignored")) return;
 #endif
   auto* block = static_cast<Block*>(ptr.get_context());
-  if (block == nullptr || block->owner || ptr.get_deleter() != &delete_block) return;
+  if (block == nullptr || ptr.get_deleter() != &delete_block) return;  // adopted ones too
   if (stream.id() == block->stream) return;
   Device& d = state(block->device);
   std::lock_guard<std::mutex> lock(d.mutex);

@@ -15,7 +15,8 @@
 //
 // Host buffers a CPU kernel produced can be adopted as device memory without copying (the
 // zero-copy fallback on host-accessible devices): they count as allocated and reserved while
-// alive, and are returned to their CPU storage, not cached.
+// alive, and are returned to their CPU storage, not cached, once the work queued on their
+// stream and on every stream that recorded them (record_stream) is past their free.
 #pragma once
 
 #include <accelkit/context.h>
@@ -48,6 +49,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     int device = 0;
     int64_t stream = 0;                  // allocated on (and reused only on) this stream
     std::set<int64_t> used_by;           // other streams (record_stream)
+    uint64_t freed_at = 0;               // free: the device's free count after its free
     std::vector<std::shared_ptr<EventState>> pending;  // freed: those streams' progress
     c10::intrusive_ptr<c10::StorageImpl> owner;         // adopted: the CPU storage
   };
@@ -89,6 +91,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     Stat allocation, segment, active, allocated_bytes, reserved_bytes, active_bytes,
         requested_bytes;
     int64_t num_ooms = 0, num_alloc_retries = 0, num_device_alloc = 0, num_device_free = 0;
+    uint64_t frees = 0;                     // blocks freed so far (their freed_at)
     std::set<Block*, BySize> cached;        // free, reusable on their stream
     std::vector<Block*> freeing;            // free, waiting for other streams
     std::map<const void*, Block*> segments;  // every segment and adopted buffer
@@ -100,9 +103,13 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   Block* take_cached(Device& d, int64_t stream, size_t size);
   // A fresh segment, or nullptr (why: "" over capacity, else the driver's refusal).
   Block* new_segment(Device& d, int device, size_t size, std::string& why);
-  // Wait for the device's queued work (asynchronous runtimes), never holding a lock.
-  void settle(int device);
-  void release_cached(Device& d, int device);  // caller holds d.mutex, settled the device
+  // Wait for the device's queued work (asynchronous runtimes), never holding a lock. Returns
+  // the device's free count from before the wait: every block freed up to it is past its
+  // streams' work once settle returns (release_cached's `settled`).
+  uint64_t settle(int device);
+  // Give back the cached blocks freed up to `settled` (caller holds d.mutex); a block another
+  // thread freed after the settle may still be read by queued work and stays cached.
+  void release_cached(Device& d, int device, uint64_t settled);
   void collect_freed(Device& d);               // caller holds d.mutex
   void count_allocated(Device& d, const Block& b);
   [[noreturn]] void raise_oom(Device& d, int device, size_t nbytes, const std::string& why);

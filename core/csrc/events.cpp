@@ -21,8 +21,19 @@ uint64_t EventState::record(int device, int64_t stream) {
     std::lock_guard<std::mutex> lock(mutex_);
     n = ++recorded_;
   }
+  // Completes record n when the task is destroyed: after the stream ran it, or when the
+  // runtime dropped it unrun (a device drops the work queued after an asynchronous error), so
+  // no wait on the event blocks forever; the error itself is raised by the next synchronizing
+  // call on the device.
+  struct Completion {
+    std::shared_ptr<EventState> event;
+    uint64_t n;
+    ~Completion() { event->complete(n); }
+  };
   runtime().launch(device, stream, "event record",
-                   [self = shared_from_this(), n] { self->complete(n); });
+                   [done = std::shared_ptr<Completion>(new Completion{shared_from_this(), n})] {
+                     done->event->complete(done->n);
+                   });
   return n;
 }
 

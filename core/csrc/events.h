@@ -2,7 +2,8 @@
 // stream that completes the event (and takes its timestamp) when the stream reaches it; a
 // stream waits by queueing a task that blocks until the event completes; the host waits on a
 // condition variable. On a synchronous runtime the marker runs at once, so the same code gives
-// CUDA's event semantics on any device.
+// CUDA's event semantics on any device. A marker the runtime drops unrun (the work queued after
+// an asynchronous error) completes the event all the same: every wait on an event terminates.
 #pragma once
 
 #include <condition_variable>

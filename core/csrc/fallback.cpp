@@ -15,10 +15,20 @@
 //    Other runtimes: the same, over host copies of the arguments' storages (one per distinct
 //    storage, so aliasing is kept); every copy the kernel changed is uploaded back, fresh
 //    outputs are uploaded to new device storages. Correct for any memory, slower.
-// 4. Asynchronous runtimes: the CPU kernel runs on the host when the op is called, after the
-//    work queued on the current stream (zero copy: a stream synchronization; copies: the
-//    downloads wait); its uploads are queued. Ops without a native kernel are therefore
-//    synchronizing on an asynchronous device; native kernels (the vendor's) queue.
+// 4. Asynchronous runtimes: the op is one task launched on the current stream, so the call
+//    returns before the work, as a device kernel's launch does. The outputs are allocated
+//    ahead, with the shapes, strides and dtypes of the op's meta kernel (torch's shape
+//    inference); the task holds the arguments (so their memory lives until it ran), runs the
+//    CPU kernel over host views of device memory (zero copy) or over host images it copies in
+//    and out with the runtime's plain copy (discrete memory: the task runs in stream order, so
+//    the bytes are there), and writes each fresh result into its preallocated output. A CPU
+//    kernel's error is the stream's asynchronous error. In-place ops and out= arguments the op
+//    does not resize queue the same way; random ops draw from the generator state taken at
+//    the call. Ops whose result the host needs at once (non-tensor returns), whose output
+//    shapes depend on values (no meta kernel, or one that refuses), that return views of
+//    their arguments, resize an out= argument or create tensors (a device argument) run as in
+//    3., after the work queued on the current stream (zero copy: a stream synchronization;
+//    copies: the downloads wait).
 #include <accelkit/fallback.h>
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
@@ -261,6 +271,248 @@ void advance(GeneratorSwap& swap, const torch::jit::Stack& stack, size_t first,
   swap.device_gen->reserve(numel == 0 ? 1 : numel);
 }
 
+// ---- 4. the asynchronous path ------------------------------------------------------------
+
+bool is_generator(const c10::TypePtr& type) {
+  return type->kind() == c10::TypeKind::GeneratorType ||
+         (type->kind() == c10::TypeKind::OptionalType &&
+          type->castRaw<c10::OptionalType>()->getElementType()->kind() ==
+              c10::TypeKind::GeneratorType);
+}
+
+at::Tensor to_meta(const at::Tensor& t) {
+  if (!t.defined()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+}
+
+// True for a list of optional tensors (index's indices); false for lists of scalars.
+bool is_optional_tensor_list(const c10::IValue& v) {
+  return v.isList() && !v.toListRef().empty() &&
+         (v.toListRef()[0].isTensor() || v.toListRef()[0].isNone());
+}
+
+// `v` with every tensor replaced by `f(tensor)`.
+template <typename F>
+c10::IValue map_tensors(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (is_optional_tensor_list(v)) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) {
+        out.push_back(f(e.toTensor()));
+      } else {
+        out.push_back(std::nullopt);
+      }
+    }
+    return out;
+  }
+  return v;
+}
+
+// Index of the argument a return aliases (same alias set), or -1.
+int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  if (ret.alias_info() == nullptr) return -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() != nullptr &&
+        args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+// The device tensors of the returns, allocated ahead from the meta kernel's outputs; false when
+// the op cannot be queued (see 4. above): then nothing was allocated and the stack is as given.
+bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first,
+                  int device, torch::jit::Stack& outputs) {
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& args = schema.arguments();
+  const auto& rets = schema.returns();
+  for (const c10::Argument& r : rets) {
+    const auto kind = r.type()->kind();
+    if (kind != c10::TypeKind::TensorType && !r.type()->isSubtypeOf(*c10::ListType::ofTensors())) {
+      return false;  // the host reads the result at once
+    }
+    if (r.alias_info() != nullptr && (!r.alias_info()->isWrite() || aliased_argument(schema, r) < 0)) {
+      return false;  // a view of an argument
+    }
+  }
+  torch::jit::Stack meta;
+  c10::SmallVector<std::pair<at::Tensor, at::Tensor>, 4> written;  // (device, meta) mutable args
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isDevice()) return false;  // a factory
+    if (is_generator(args[i].type())) {
+      meta.emplace_back();
+      continue;
+    }
+    meta.push_back(map_tensors(v, [](const at::Tensor& t) { return to_meta(t); }));
+    if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite() && v.isTensor()) {
+      written.emplace_back(v.toTensor(), meta.back().toTensor());
+    }
+  }
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+  } catch (const std::exception&) {
+    return false;  // no meta kernel, or one that needs the values: the synchronous path says
+  }
+  if (meta.size() != rets.size()) return false;
+  for (const auto& [dev, m] : written) {
+    if (dev.defined() && (dev.sizes() != m.sizes() || dev.strides() != m.strides())) {
+      return false;  // an out= argument the op resizes
+    }
+  }
+  const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
+  for (size_t r = 0; r < rets.size(); ++r) {
+    const c10::IValue& v = meta[r];
+    const int arg = aliased_argument(schema, rets[r]);
+    if (arg >= 0) {
+      outputs.push_back(stack[first + arg]);  // the argument itself
+    } else if (v.isTensor()) {
+      const at::Tensor& m = v.toTensor();
+      outputs.push_back(m.defined() ? at::empty_strided(m.sizes(), m.strides(),
+                                                        m.options().device(where))
+                                    : m);
+    } else {
+      c10::List<at::Tensor> list;
+      for (const at::Tensor& m : v.toTensorList()) {
+        list.push_back(at::empty_strided(m.sizes(), m.strides(), m.options().device(where)));
+      }
+      outputs.push_back(std::move(list));
+    }
+  }
+  return true;
+}
+
+// A device tensor as the launch sees it: a CPU tensor over the device memory it has at the
+// call (sizes, strides, offset and data pointer taken now, as a kernel launch takes its
+// pointers). A later resize_(0) or set_ of the tensor does not change what the task computes
+// on; freed meanwhile, the memory goes back to its stream's cache (or, adopted, is released by
+// a task on that stream), so it stays valid for the work queued on the stream before. On
+// discrete memory it is a CPU tensor in name only: its data pointer is a device pointer, which
+// only the runtime's copy reads and writes.
+at::Tensor at_launch(const at::Tensor& t) { return is_device(t) ? host_view(t) : t; }
+
+// A task's host image of one piece of discrete device memory, copied in with the runtime's
+// plain copy in stream order (the task runs after the work queued before it), and its bytes
+// before the kernel ran.
+struct TaskImage {
+  void* device_data;
+  at::Tensor host_bytes;
+  at::Tensor before;
+};
+
+// The CPU kernel's view of the launch-time tensors: those tensors themselves on
+// host-accessible memory (zero copy), else host images of the memory they point to.
+struct Task {
+  bool zero_copy;
+  int device;
+  c10::SmallVector<TaskImage, 4> images;
+
+  at::Tensor host(const at::Tensor& view, bool is_device_memory) {
+    if (zero_copy || !is_device_memory || !view.defined()) return view;
+    void* data = view.storage().mutable_data();
+    for (const TaskImage& image : images) {
+      if (image.device_data == data) return host_tensor(image.host_bytes.storage(), view);
+    }
+    const auto nbytes = static_cast<int64_t>(view.storage().nbytes());
+    at::Tensor bytes = at::empty({nbytes}, at::kByte);
+    if (nbytes > 0) runtime().copy(bytes.data_ptr(), kHost, data, device, nbytes);
+    images.push_back({data, bytes, bytes.clone()});
+    return host_tensor(bytes.storage(), view);
+  }
+
+  // Discrete: copy back every image the kernel changed (compared with its bytes before: some
+  // CPU kernels write arguments their schema does not mark).
+  void write_back() {
+    for (const TaskImage& image : images) {
+      const size_t n = static_cast<size_t>(image.host_bytes.numel());
+      if (n == 0 || std::memcmp(image.host_bytes.data_ptr(), image.before.data_ptr(), n) == 0) {
+        continue;
+      }
+      runtime().copy(image.device_data, device, image.host_bytes.data_ptr(), kHost, n);
+    }
+  }
+
+  // A fresh CPU result into its preallocated device output (`out`: its launch-time view).
+  void store(const at::Tensor& out, const at::Tensor& result, const c10::OperatorName& name) {
+    if (!out.defined()) return;
+    TORCH_CHECK(result.sizes() == out.sizes(), name, ": the CPU kernel returned sizes ",
+                result.sizes(), " where its meta kernel inferred ", out.sizes());
+    if (zero_copy) {
+      out.copy_(result);
+      return;
+    }
+    const auto nbytes = static_cast<int64_t>(out.storage().nbytes());
+    at::Tensor bytes = at::empty({nbytes}, at::kByte);
+    host_tensor(bytes.storage(), out).copy_(result);
+    if (nbytes > 0) {
+      runtime().copy(out.storage().mutable_data(), device, bytes.data_ptr(), kHost, nbytes);
+    }
+  }
+};
+
+// For each tensor of `v`: whether it is device memory (CPU arguments are passed as they are).
+void device_flags(const c10::IValue& v, std::vector<bool>& flags) {
+  for_each_tensor(v, [&](const at::Tensor& t) { flags.push_back(is_device(t)); });
+}
+
+// Launch the op as one task on the current stream (4. above); false if it must run now.
+bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_t first,
+                  int device) {
+  torch::jit::Stack outputs;
+  if (!plan_outputs(op, *stack, first, device, outputs)) return false;
+  // The arguments, held until the task ran; what the task computes on: their launch-time views.
+  auto held = std::make_shared<torch::jit::Stack>(stack->begin() + first, stack->end());
+  auto views = std::make_shared<torch::jit::Stack>();
+  auto on_device = std::make_shared<std::vector<bool>>();
+  for (const c10::IValue& v : *held) {
+    device_flags(v, *on_device);
+    views->push_back(map_tensors(v, at_launch));
+  }
+  auto outs = std::make_shared<torch::jit::Stack>();
+  for (const c10::IValue& v : outputs) outs->push_back(map_tensors(v, at_launch));
+  const bool zero_copy = runtime().host_accessible();
+  // The op's name lives as long as its registration (the process), as `what` must.
+  runtime().launch(device, current_stream(device), op.operator_name().name.c_str(),
+                   [op, held, views, on_device, outs, zero_copy, device] {
+    Task task{zero_copy, device, {}};
+    torch::jit::Stack host;
+    host.reserve(views->size());
+    size_t k = 0;
+    for (const c10::IValue& v : *views) {
+      host.push_back(map_tensors(v, [&](const at::Tensor& t) {
+        return task.host(t, (*on_device)[k++]);
+      }));
+    }
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+    if (!zero_copy) task.write_back();
+    const auto& rets = op.schema().returns();
+    for (size_t r = 0; r < rets.size(); ++r) {
+      if (aliased_argument(op.schema(), rets[r]) >= 0) continue;  // written in place
+      const c10::IValue& out = (*outs)[r];
+      if (out.isTensor()) {
+        task.store(out.toTensor(), host[r].toTensor(), op.operator_name());
+      } else {
+        const auto list = out.toTensorList();
+        const auto results = host[r].toTensorList();
+        TORCH_CHECK(list.size() == results.size(), op.operator_name(), ": the CPU kernel returned ",
+                    results.size(), " tensors where its meta kernel inferred ", list.size());
+        for (size_t i = 0; i < list.size(); ++i) task.store(list[i], results[i], op.operator_name());
+      }
+    }
+  });
+  stack->erase(stack->begin() + first, stack->end());
+  for (c10::IValue& v : outputs) stack->push_back(std::move(v));
+  return true;
+}
+
 }  // namespace
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -278,9 +530,19 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       v = c10::IValue(c10::Device(c10::DeviceType::CPU));
     }
   }
+  const bool factory = device == -1 || [&] {
+    for (size_t i = 0; i < nargs; ++i) {
+      if ((*stack)[first + i].isDevice()) return true;
+    }
+    return false;
+  }();
   if (device == -1) device = current_device();
   GeneratorSwap swap;
   swap_generators(schema, *stack, first, device, swap);
+  if (runtime().async() && !factory && launch_async(op, stack, first, device)) {
+    advance(swap, *stack, stack->size() - schema.returns().size(), schema.returns().size());
+    return;
+  }
 
   Context ctx;
   ctx.zero_copy = runtime().host_accessible();

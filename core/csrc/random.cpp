@@ -37,6 +37,39 @@ void draw(uint64_t seed, uint64_t offset, int64_t n, const F& f) {
   });
 }
 
+// fill(contiguous CPU tensor, seed, offset) into the device memory `view` covers (a CPU tensor
+// over it: host_view, taken when the op was called), now: in place on host-accessible memory,
+// else through a host buffer copied in with the runtime's plain copy (on an asynchronous device
+// this runs as the stream's task, so that copy is in stream order).
+template <typename Fill>
+void fill_in_order(const at::Tensor& view, int device, uint64_t seed, uint64_t offset,
+                   const Fill& f) {
+  const bool zero_copy = runtime().host_accessible();
+  if (zero_copy && view.is_contiguous()) {
+    at::Tensor host = view;
+    f(host, seed, offset);
+    return;
+  }
+  at::Tensor host = at::empty(view.sizes(), view.options());
+  f(host, seed, offset);
+  if (zero_copy) {
+    view.copy_(host);
+    return;
+  }
+  void* data = view.storage().mutable_data();
+  const size_t nbytes = view.storage().nbytes();
+  if (view.is_contiguous()) {
+    runtime().copy(static_cast<char*>(data) +
+                       view.storage_offset() * static_cast<int64_t>(view.itemsize()),
+                   device, host.data_ptr(), kHost, host.nbytes());
+    return;
+  }
+  at::Tensor bytes = at::empty({static_cast<int64_t>(nbytes)}, at::kByte);
+  runtime().copy(bytes.data_ptr(), kHost, data, device, nbytes);
+  host_tensor(bytes.storage(), view).copy_(host);
+  runtime().copy(data, device, bytes.data_ptr(), kHost, nbytes);
+}
+
 // Reserve the generator's stream for `self` and call fill(contiguous CPU tensor, seed,
 // offset); the result lands in `self`.
 template <typename Fill>
@@ -53,19 +86,15 @@ at::Tensor& fill(at::Tensor& self, const std::optional<at::Generator>& gen, cons
 #endif
   }
   if (self.numel() == 0) return self;
-  if (runtime().host_accessible() && self.is_contiguous()) {
-    at::Tensor host = host_view(self);
-    if (!runtime().async()) {
-      f(host, seed, offset);
-    } else {  // the kernel, on the current stream (it holds the memory's view, and f by value)
-      const int device = self.device().index();
-      runtime().launch(device, current_stream(device), "random",
-                       [host, seed, offset, f]() mutable { f(host, seed, offset); });
-    }
+  const int device = self.device().index();
+  at::Tensor view = host_view(self);  // the memory self has now, as a kernel launch takes it
+  if (runtime().async()) {  // the kernel, on the current stream; it holds self too
+    runtime().launch(device, current_stream(device), "random",
+                     [self, view, device, seed, offset, f] {
+                       fill_in_order(view, device, seed, offset, f);
+                     });
   } else {
-    at::Tensor host = at::empty(self.sizes(), self.options().device(c10::DeviceType::CPU));
-    f(host, seed, offset);
-    self.copy_(host);
+    fill_in_order(view, device, seed, offset, f);
   }
   return self;
 }
