@@ -11,12 +11,13 @@ _CSRC = Path(__file__).resolve().parent / "mock" / "csrc"
 
 #: The mock's two C++ extensions, as keyword arguments of ``accelkit.core.load_extension``:
 #: the device (the host-memory runtime registered with accelkit's C++ layer, and its native
-#: kernels, one file per group in ``csrc/kernels/``) and mockccl (its collectives).
+#: kernels, one file per group in ``csrc/kernels/``) and mockccl (its collectives: the module
+#: in ``mockccl.cpp``, the transport's parts in ``mockccl_*.cpp``).
 EXTENSIONS: dict[str, dict] = {
     "device": {"name": "accelkit_mock_C",
                "sources": [_CSRC / "mock_device.cpp", *sorted((_CSRC / "kernels").glob("*.cpp"))],
                "include_dirs": [str(_CSRC)], "cflags": ["-O3", "-std=c++20"]},
-    "mockccl": {"name": "accelkit_mock_mockccl", "sources": [_CSRC / "mockccl.cpp"],
+    "mockccl": {"name": "accelkit_mock_mockccl", "sources": sorted(_CSRC.glob("mockccl*.cpp")),
              "include_dirs": [str(_CSRC)], "cflags": ["-O3"]},
 }
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
+from accelkit.conformance.coverage import CONTRACT
 from accelkit.core.spec import REQUIREMENTS
 
 if TYPE_CHECKING:
@@ -59,6 +60,9 @@ class CheckDef:
     also_at: tuple[int, ...] = ()
     #: The module's defaults it was declared under.
     defaults: Defaults | None = field(default=None, compare=False, repr=False)
+    #: Contract items (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when a
+    #: backend ignores them.
+    covers: tuple[str, ...] = ()
 
     @property
     def world_sizes(self) -> tuple[int, ...]:
@@ -123,7 +127,7 @@ _MISSING: Any = object()
 
 def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tuple[int, ...] = _MISSING,
           requires: tuple[str, ...] | list[str] = _MISSING,
-          timeout: float | None = _MISSING) -> Callable:
+          timeout: float | None = _MISSING, covers: tuple[str, ...] | list[str] = ()) -> Callable:
     """Register ``fn`` as the check ``<area>.<fn name>``: ``@check`` or ``@check(...)``.
 
     ``world_size`` is the number of ranks it runs on by default (4). ``also_at`` lists other
@@ -132,7 +136,9 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
     devices or a launch of 8 ranks still gets a report. ``requires`` names capabilities from
     :data:`accelkit.core.spec.REQUIREMENTS`; a backend lacking one gets SKIP with the reason.
     ``timeout`` overrides the run's per-check budget. Each argument given replaces the
-    module's ``CHECK_DEFAULTS`` for this check.
+    module's ``CHECK_DEFAULTS`` for this check. ``covers`` names the items of the device-handle
+    and c10d contract (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when
+    a backend ignores them; ``docs/coverage.md`` is the table they make.
     """
     if isinstance(fn, str):
         raise TypeError(
@@ -143,7 +149,7 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
                                ("requires", requires), ("timeout", timeout)) if v is not _MISSING}
 
     def decorate(fn: Callable) -> Callable:
-        _register(fn, given)
+        _register(fn, given, tuple(covers))
         return fn
 
     return decorate if fn is None else decorate(fn)
@@ -157,7 +163,7 @@ def _module_defaults(fn: Callable) -> Defaults:
     return defaults
 
 
-def _register(fn: Callable, given: dict[str, Any]) -> None:
+def _register(fn: Callable, given: dict[str, Any], covers: tuple[str, ...] = ()) -> None:
     defaults = _module_defaults(fn)
     settings = {name: getattr(defaults, name) for name in _SETTINGS} | given
     area = defaults.area or fn.__module__.rsplit(".", 1)[-1]
@@ -175,6 +181,10 @@ def _register(fn: Callable, given: dict[str, Any]) -> None:
     if world_size < 1 or any(n < 1 for n in also_at) or world_size in also_at:
         raise ValueError(f"check {check_id!r}: world sizes must be >= 1 and also_at must not "
                          f"repeat world_size, got world_size={world_size}, also_at={also_at}")
+    unknown = [item for item in covers if item not in CONTRACT]
+    if unknown:
+        raise ValueError(f"check {check_id!r} covers unknown contract items {unknown}; known: "
+                         "accelkit.conformance.coverage.CONTRACT")
     doc = inspect.getdoc(fn) or ""
     if not doc:
         raise ValueError(f"check {check_id!r} ({where}) needs a docstring stating the behaviour "
@@ -185,7 +195,7 @@ def _register(fn: Callable, given: dict[str, Any]) -> None:
                          f"and {where}")
     CHECKS[check_id] = CheckDef(id=check_id, fn=fn, world_size=world_size, requires=requires,
                                 timeout=settings["timeout"], doc=doc, also_at=also_at,
-                                defaults=defaults)
+                                defaults=defaults, covers=covers)
 
 
 def forget(module_name: str) -> None:

@@ -9,6 +9,7 @@ other generator ``torch.manual_seed`` reseeds (the CPU's, other accelerators').
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -177,6 +178,8 @@ class _Prober:
             return
         self.probe(self.devices)
         self.probe(self.rng)
+        self.probe(self.seed_width)
+        self.probe(self.event_timing)
         self.probe(self.initialized_after_use)
 
     # -- cpu -------------------------------------------------------------------------------
@@ -466,6 +469,71 @@ class _Prober:
                      f"torch.manual_seed(2468) left the device state at (seed, offset) {got}",
                      "torch.manual_seed() does not seed the device: ranks draw unrelated numbers",
                      "provide manual_seed_all(seed) and _is_in_bad_fork() -> False")
+
+    def seed_width(self) -> None:
+        """manual_seed keeps all 64 bits of a seed (Philox's key, as CUDA's generator):
+        initial_seed() and the state's seed bytes return a seed above 2**32 whole."""
+        torch = self.torch
+        seed = 2**32 + 5
+        state = self.call("get_rng_state", breaks=members(DeviceHandle)["get_rng_state"],
+                          fix="accept get_rng_state() with no argument (the current device)")
+        breaks = ("torch.manual_seed / torch.random.seed() (64-bit seeds): runs or ranks seeded "
+                  "with seeds that differ above bit 31 draw the same numbers")
+        fix = "keep the seed as a uint64 (Philox's key is 64 bits), as torch.cuda does"
+        with torch_internals.generators_kept():
+            try:
+                self.call("manual_seed", seed, breaks=breaks, fix=fix)
+                initial = self.call("initial_seed", breaks=breaks, fix=fix)
+                kept = _seed_offset(torch, self.handle.get_rng_state())
+            finally:
+                _restore(self.handle.set_rng_state, state)
+        if initial != seed:
+            self.add("error", "initial_seed",
+                     f"initial_seed() is {initial!r} after manual_seed({seed})"
+                     + (" (its low 32 bits: the seed is truncated)" if initial == seed & 0xFFFFFFFF
+                        else ""), breaks, fix)
+        if kept is not None and kept[0] != seed:
+            self.add("error", "manual_seed",
+                     f"after manual_seed({seed}) the state's seed bytes hold {kept[0]}", breaks, fix)
+
+    def event_timing(self) -> None:
+        """Event(enable_timing=True).elapsed_time is positive for recorded work and no longer
+        than the host waited for it (milliseconds, as torch.cuda.Event); only for a handle
+        with the stream API (StreamDeviceHandle)."""
+        if not hasattr(self.handle, "Event"):
+            return  # presence() reported the missing stream API
+        torch = self.torch
+        self.report.probes += 1
+        device = torch.device(self.dt, self.handle.current_device())
+        breaks = ("torch.Event / torch.<device>.Event.elapsed_time: profilers, FSDP and "
+                  "training loops that time steps with events report nothing or nonsense")
+        fix = ("timestamp each event when the stream reaches it and return the difference in "
+               "milliseconds")
+        try:
+            a = torch.ones(256, 256, device=device)
+            start, end = (self.handle.Event(enable_timing=True) for _ in range(2))
+            self.handle.synchronize()
+            begun = time.perf_counter()
+            start.record()
+            for _ in range(8):
+                a = a @ a / 256
+            end.record()
+            end.synchronize()
+            host_ms = (time.perf_counter() - begun) * 1000
+            ms = start.elapsed_time(end)
+        except Exception as exc:
+            self.add("error", "Event.elapsed_time",
+                     f"timing 8 matmuls with Event(enable_timing=True) raised "
+                     f"{type(exc).__name__}: {exc}", breaks, fix)
+            return
+        if not ms > 0:
+            self.add("error", "Event.elapsed_time",
+                     f"elapsed_time() is {ms} ms over 8 recorded matmuls (the host waited "
+                     f"{host_ms:.3f} ms), expected > 0", breaks, fix)
+        elif ms > host_ms * 1.1 + 1.0:
+            self.add("error", "Event.elapsed_time",
+                     f"elapsed_time() is {ms:.3f} ms for work the host saw finish in "
+                     f"{host_ms:.3f} ms (not milliseconds?)", breaks, fix)
 
     def initialized_after_use(self) -> None:
         self.report.probes += 1

@@ -21,6 +21,7 @@ REQUIREMENTS: dict[str, str] = {
     "offset-exact": "random op element i at offset o depends only on (seed, o + i)",
     "cpu-collectives": "CPU tensors work on the default process group beside device tensors",
     "inductor": "torch.compile's default backend (Inductor) generates code for the device",
+    "p2p-tags": "point-to-point messages match by tag: a recv takes the send with its tag",
 }
 
 
@@ -41,6 +42,7 @@ class Capabilities:
     max_world_size: int | None = None
     cpu_collectives: bool = True
     inductor: bool = False
+    p2p_tags: bool = True
 
     def __post_init__(self) -> None:
         if self.rng not in RNG_CLASSES:
@@ -63,6 +65,9 @@ class Capabilities:
             if req == "inductor" and not self.inductor:
                 return ("backend declares inductor=False: the device has no Inductor backend "
                         "(torch.compile's default); the aot_eager variant runs instead")
+            if req == "p2p-tags" and not self.p2p_tags:
+                return ("backend declares p2p_tags=False: its collective library ignores the tag "
+                        "of send/recv and matches messages in order")
         return None
 
 

@@ -98,7 +98,9 @@ FLOOR: dict[str, tuple[str, ...]] = {
                     "sweep_all_reduce_bitwise", "sweep_broadcast", "sweep_reduce",
                     "sweep_all_gather", "sweep_all_gather_single", "sweep_reduce_scatter",
                     "sweep_reduce_scatter_single", "sweep_all_to_all_single", "sweep_all_to_all",
-                    "sweep_gather", "sweep_scatter", "sweep_send_recv"),
+                    "sweep_gather", "sweep_scatter", "sweep_send_recv", "p2p_tags_out_of_order",
+                    "p2p_same_tag_fifo", "p2p_tags_in_batch", "p2p_any_source_tag",
+                    "group_roots", "group_timeout"),
     "devicemesh": ("mesh_1d", "mesh_2d_names", "mesh_3d", "slice_by_name", "coordinate_local_rank",
                    "flatten", "context_manager", "device_selection", "mesh_larger_than_world",
                    "from_group", "submesh_collective_members"),
@@ -111,7 +113,7 @@ FLOOR: dict[str, tuple[str, ...]] = {
     "rng": ("supported", "state_layout", "manual_seed_sync", "tracker_type", "offset_advance",
             "shard_distinct", "replicate_equal", "mesh_2d", "determinism", "offset_exact",
             "offset_rounding", "dropout", "user_generator", "fork_rng", "run_state_sync",
-            "init_weights", "submesh"),
+            "init_weights", "submesh", "seed_width", "seed_every_device"),
     "tp": ("colwise", "rowwise", "mlp", "sequence_parallel", "prepare_module_io",
            "dict_plan_wildcards", "ambient_mesh", "feedforward_in_init", "partial_output",
            "plan_none_warns", "no_mesh_raises", "transformer_block", "dropout_deterministic",
@@ -127,7 +129,7 @@ FLOOR: dict[str, tuple[str, ...]] = {
                  "fsdp2_tp_2d", "activation_checkpoint_rng", "activation_checkpoint_dtensor_rng",
                  "resume", "resume_2d", "sdpa_choice", "tp_attention", "tp_attention_sdpa"),
     "streams": ("device_handle_streams", "collective_ordering", "side_stream_events",
-                "record_stream", "memory_statistics"),
+                "record_stream", "memory_statistics", "event_timing"),
 }
 
 SOURCE = re.compile(r"PR \d{6}|torch\.|DTensor\.|DeviceMesh\.|accelkit\.core")

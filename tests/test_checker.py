@@ -70,6 +70,10 @@ mod.get_rng_state = lambda device=None: get(only_int(device))
 mod.set_rng_state = lambda new_state, device=None: put(new_state, only_int(device))
 """, ""),
     "no_devices": ("mod.device_count = lambda: 0", ""),
+    "seed_32_bits": ("""
+seed_one = mod.manual_seed
+mod.manual_seed = lambda seed: seed_one(int(seed) & 0xFFFFFFFF)
+""", ""),
 }
 
 
@@ -173,6 +177,14 @@ def test_state_that_does_not_round_trip_and_a_seed_that_keeps_an_offset(results)
     f = _one(r, "manual_seed", r"^after manual_seed\(1234\) the state's \(seed, offset\) is "
              r"\(1234, 7\), not \(1234, 0\)$")
     assert f["fix"] == "make manual_seed(seed) set seed bytes [0:8] to seed and offset to 0"
+
+
+def test_a_seed_kept_to_32_bits_is_an_error(results):
+    r = json_result(results["seed_32_bits"])
+    f = _one(r, "initial_seed", r"^initial_seed\(\) is 5 after manual_seed\(4294967301\) \(its "
+             r"low 32 bits: the seed is truncated\)$")
+    assert f["fix"].startswith("keep the seed as a uint64")
+    _one(r, "manual_seed", r"^after manual_seed\(4294967301\) the state's seed bytes hold 5$")
 
 
 def test_device_argument_must_accept_str_and_torch_device(results):

@@ -171,7 +171,8 @@ def _tsan_binary() -> Path:
 
     mock_csrc = Path(__file__).resolve().parents[1] / "backends" / "mock" / "csrc"
     include = Path(__file__).resolve().parents[1] / "core" / "include"
-    sources = [CPP / "transport_stress.cpp", *sorted(mock_csrc.glob("mockccl*.h")),
+    parts = sorted(mock_csrc.glob("mockccl_*.cpp"))  # the transport, without the module
+    sources = [CPP / "transport_stress.cpp", *parts, *sorted(mock_csrc.glob("mockccl*.h")),
                include / "accelkit" / "c10d" / "transport.h"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)
                             + torch.__version__.encode()).hexdigest()[:16]
@@ -181,7 +182,7 @@ def _tsan_binary() -> Path:
         torch_dir = Path(torch.__file__).parent
         cmd = [os.environ.get("CXX", "c++"), "-std=c++20", "-O1", "-g", "-fsanitize=thread",
                f"-I{include}", f"-I{mock_csrc}", "-isystem", str(torch_dir / "include"),
-               str(CPP / "transport_stress.cpp"), "-o", str(binary) + ".tmp",
+               str(CPP / "transport_stress.cpp"), *map(str, parts), "-o", str(binary) + ".tmp",
                f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -190,11 +191,12 @@ def _tsan_binary() -> Path:
 
 
 def test_transport_under_thread_sanitizer():
-    """The shared-memory transport's rounds, receive claims and abort, with threads as ranks,
-    under ThreadSanitizer: correct results, each message taken by one receive, abort within a
-    second, and no data race reported (TSan exits 66 on a report)."""
+    """The shared-memory transport's rounds, receive claims, tag matching and abort, with threads
+    as ranks, under ThreadSanitizer: correct results, each message taken by one receive and by
+    the receive of its tag, abort within a second, and no data race reported (TSan exits 66 on
+    a report)."""
     proc = subprocess.run([str(_tsan_binary())], capture_output=True, text=True, timeout=600,
                           env={"TSAN_OPTIONS": "halt_on_error=1 exitcode=66"})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
-    assert proc.stdout.splitlines()[:2] == ["rounds ok", "claims ok"], proc.stdout
-    assert proc.stdout.splitlines()[2].startswith("abort ok"), proc.stdout
+    assert proc.stdout.splitlines()[:3] == ["rounds ok", "claims ok", "tags ok"], proc.stdout
+    assert proc.stdout.splitlines()[3].startswith("abort ok"), proc.stdout

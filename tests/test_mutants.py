@@ -41,6 +41,9 @@ CATCHERS: dict[str, tuple[str, ...]] = {
     "record_stream_ignored": ("streams.record_stream",),
     "collective_skips_producers": ("streams.collective_ordering", "collectives.all_reduce_sum"),
     "transport_reads_device_memory": ("collectives.all_reduce_sum",),
+    "seed_truncated_to_32_bits": ("rng.seed_width",),
+    "elapsed_time_zero": ("streams.event_timing",),
+    "p2p_ignores_tags": ("collectives.p2p_tags_out_of_order",),
 }
 
 WORLD_SIZE = 2
@@ -95,3 +98,36 @@ def test_every_mutant_is_caught_in_its_mode_and_only_there(mode, tmp_path):
             assert not caught, f"{fault} caught in mode {mode}, expected only in " \
                                f"{mutant_faults.MUTANTS[fault]}: {by_check}"
             print(f"{fault} ({mode}): passes, as expected")
+
+
+DOCTOR_PROBES = r"""
+import json, os
+from accelkit.core import check_device_handle, registry
+
+registry.get("mock").setup()
+found = {}
+for fault in ("", "seed_truncated_to_32_bits", "elapsed_time_zero"):
+    os.environ["ACCELKIT_FAULT"] = fault
+    report = check_device_handle("mock")
+    found[fault] = sorted({f.member for f in report.errors
+                           if f.member in ("initial_seed", "manual_seed", "Event.elapsed_time")})
+print(json.dumps(found))
+"""
+
+
+def test_the_device_handle_checker_probes_seed_width_and_event_timing():
+    """check_device_handle (what ``accelkit doctor`` and registration.device_handle_contract
+    run) on the fault build: a seed kept to 32 bits is an error of initial_seed and
+    manual_seed, events without timestamps one of Event.elapsed_time; neither without a
+    fault (one process, the fault switched between runs)."""
+    import json
+    import os
+
+    env = {**os.environ, **mutant_faults.FAULT_BUILD, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
+           "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-c", DOCTOR_PROBES], env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {
+        "": [], "seed_truncated_to_32_bits": ["initial_seed", "manual_seed"],
+        "elapsed_time_zero": ["Event.elapsed_time"]}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 import uuid
 import warnings
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -47,14 +48,14 @@ def _all_reduce_matches(ctx, op, dtypes, reference, seed, low=-8, high=9):
         assert_equal(mine, expected, f"all_reduce({op}, {dtype})")
 
 
-@check
+@check(covers=("all_reduce(op=SUM)",))
 def all_reduce_sum(ctx):
     """all_reduce with ReduceOp.SUM for float32, bfloat16 and int64 equals the sum of every
     rank's input (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.SUM, DTYPES, lambda s: s.sum(0), seed=1)
 
 
-@check
+@check(covers=("all_reduce(op=PRODUCT)",))
 def all_reduce_product(ctx):
     """all_reduce with ReduceOp.PRODUCT for float32, bfloat16 and int64 equals the product of
     every rank's input; inputs are in [-2, 2] so the product is exact (torch.distributed.all_reduce)."""
@@ -62,21 +63,21 @@ def all_reduce_product(ctx):
                         low=-2, high=3)
 
 
-@check
+@check(covers=("all_reduce(op=MIN)",))
 def all_reduce_min(ctx):
     """all_reduce with ReduceOp.MIN for float32, bfloat16 and int64 equals the element-wise
     minimum over ranks (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.MIN, DTYPES, lambda s: s.amin(0), seed=3)
 
 
-@check
+@check(covers=("all_reduce(op=MAX)",))
 def all_reduce_max(ctx):
     """all_reduce with ReduceOp.MAX for float32, bfloat16 and int64 equals the element-wise
     maximum over ranks (torch.distributed.all_reduce)."""
     _all_reduce_matches(ctx, dist.ReduceOp.MAX, DTYPES, lambda s: s.amax(0), seed=4)
 
 
-@check
+@check(covers=("all_reduce(op=AVG)",))
 def all_reduce_avg(ctx):
     """all_reduce with ReduceOp.AVG for float32 and bfloat16 equals the mean over ranks (exact:
     integer inputs, a power-of-two world). DTensor's Partial("avg") relies on it
@@ -85,7 +86,7 @@ def all_reduce_avg(ctx):
                         lambda s: s.to(torch.float64).sum(0) / s.shape[0], seed=5)
 
 
-@check
+@check(covers=("all_reduce(op=BAND/BOR/BXOR)",))
 def all_reduce_bitwise(ctx):
     """all_reduce with ReduceOp.BAND, BOR and BXOR on int64 equals the bitwise reduction over
     ranks (torch.distributed.all_reduce)."""
@@ -102,7 +103,7 @@ def all_reduce_bitwise(ctx):
     _all_reduce_matches(ctx, dist.ReduceOp.BXOR, (torch.int64,), fold(torch.bitwise_xor), 8, 0, 256)
 
 
-@check
+@check(covers=("broadcast(src)",))
 def broadcast_every_root(ctx):
     """broadcast from each rank in turn leaves the root's tensor on every rank, for float32,
     bfloat16 and int64 (torch.distributed.broadcast)."""
@@ -113,7 +114,7 @@ def broadcast_every_root(ctx):
             assert_equal(mine, every[root], f"broadcast(src={root}, {dtype})")
 
 
-@check
+@check(covers=("reduce(dst)",))
 def reduce(ctx):
     """reduce(SUM) to each destination rank in turn leaves the sum on the destination
     (torch.distributed.reduce)."""
@@ -265,7 +266,7 @@ def all_to_all(ctx):
         assert_equal(got, _a2a_value(src, ctx.rank, n), f"all_to_all output[{src}]")
 
 
-@check
+@check(covers=("gather(dst)",))
 def gather(ctx):
     """gather to the first and the last rank: the destination's list holds every rank's input
     (torch.distributed.gather)."""
@@ -279,7 +280,7 @@ def gather(ctx):
                 assert_equal(got, every[i], f"gather(dst={dst}) entry {i}")
 
 
-@check
+@check(covers=("scatter(src)",))
 def scatter(ctx):
     """scatter from the first and the last rank: rank r receives the source's r-th tensor
     (torch.distributed.scatter)."""
@@ -290,7 +291,7 @@ def scatter(ctx):
         assert_equal(out, pieces[ctx.rank], f"scatter(src={src})")
 
 
-@check
+@check(covers=("send(dst)/recv(src)",))
 def send_recv_ring(ctx):
     """Point-to-point around a ring: blocking send/recv (even ranks send first) and then
     isend/irecv both deliver the left neighbour's tensor (torch.distributed.send/recv/isend/irecv)."""
@@ -312,7 +313,7 @@ def send_recv_ring(ctx):
     assert_equal(got2, every[left] * 2, "isend/irecv ring")
 
 
-@check
+@check(covers=("send(dst)/recv(src)",))
 def batch_isend_irecv(ctx):
     """batch_isend_irecv with sends to both neighbours and receives from both (what pipeline
     parallelism issues) delivers each neighbour's tensor (torch.distributed.batch_isend_irecv)."""
@@ -327,6 +328,210 @@ def batch_isend_irecv(ctx):
         work.wait()
     assert_equal(from_left, every[left], "tensor from the left neighbour")
     assert_equal(from_right, every[right] * 3, "tensor from the right neighbour")
+
+
+TAGS = ("p2p-tags",)
+
+
+def _partner(ctx) -> int | None:
+    """This rank's partner in the pairs (0, 1), (2, 3), ... (None for a last rank left over)."""
+    peer = ctx.rank ^ 1
+    return peer if peer < ctx.world_size else None
+
+
+def _tagged(n: int, rank: int, tag: int) -> torch.Tensor:
+    """The message rank ``rank`` sends with ``tag`` (n values no other message has)."""
+    return torch.arange(n, dtype=torch.float32) + 1000 * rank + 100 * tag
+
+
+@check(requires=TAGS, covers=("send/recv(tag)", "isend/irecv(tag)"))
+def p2p_tags_out_of_order(ctx):
+    """Tagged messages match by tag, not by posting order: the even rank of each pair sends
+    tag 1 then tag 2, the odd one receives tag 2 first, then tag 1, and each buffer gets the
+    message with its tag; non-blocking (irecv) and blocking (recv) receives alike
+    (torch.distributed.send/recv/isend/irecv: "tag to match send with remote recv")."""
+    peer = _partner(ctx)
+    if peer is None:
+        return
+    received = {}  # every message is taken before anything is compared: no rank is left waiting
+    for blocking in (False, True):
+        if ctx.rank % 2 == 0:
+            works = [dist.isend(_tagged(6, ctx.rank, t).to(ctx.device), dst=peer, tag=t)
+                     for t in (1, 2)]
+            for work in works:
+                work.wait()
+            continue
+        got2, got1 = (torch.empty(6, device=ctx.device) for _ in range(2))
+        if blocking:
+            dist.recv(got2, src=peer, tag=2)
+            dist.recv(got1, src=peer, tag=1)
+        else:
+            for work in [dist.irecv(got2, src=peer, tag=2), dist.irecv(got1, src=peer, tag=1)]:
+                work.wait()
+        received["recv" if blocking else "irecv"] = (got2, got1)
+    for what, (got2, got1) in received.items():
+        assert_equal(got2, _tagged(6, peer, 2), f"{what}(tag=2) posted before {what}(tag=1) "
+                     "(got the tag-1 message: tags ignored?)")
+        assert_equal(got1, _tagged(6, peer, 1), f"{what}(tag=1) posted after {what}(tag=2)")
+
+
+@check(requires=TAGS, covers=("send/recv(tag) order",))
+def p2p_same_tag_fifo(ctx):
+    """Messages with the same tag between the same two ranks arrive in the order they were
+    sent, also when another tag's message is sent between them: tag 5, tag 9, tag 5, tag 5
+    received as tag 5, 5, 5, then 9 (torch.distributed.isend/irecv; gloo's ordering)."""
+    peer = _partner(ctx)
+    if peer is None:
+        return
+    order = (5, 9, 5, 5)
+    if ctx.rank % 2 == 0:
+        works = [dist.isend((_tagged(4, ctx.rank, t) + 10 * i).to(ctx.device), dst=peer, tag=t)
+                 for i, t in enumerate(order)]
+        for work in works:
+            work.wait()
+        return
+    fives = [torch.empty(4, device=ctx.device) for _ in range(3)]
+    nine = torch.empty(4, device=ctx.device)
+    for work in [*(dist.irecv(b, src=peer, tag=5) for b in fives), dist.irecv(nine, src=peer, tag=9)]:
+        work.wait()
+    sent_fives = [i for i, t in enumerate(order) if t == 5]
+    for k, (buf, i) in enumerate(zip(fives, sent_fives, strict=True)):
+        assert_equal(buf, _tagged(4, peer, 5) + 10 * i,
+                     f"irecv {k + 1} of tag 5 (expected tag-5 message {k + 1} in sending order)")
+    assert_equal(nine, _tagged(4, peer, 9) + 10 * order.index(9), "receive of tag 9")
+
+
+@check(requires=TAGS, covers=("batch_isend_irecv(P2POp.tag)",))
+def p2p_tags_in_batch(ctx):
+    """batch_isend_irecv with mixed tags in one batch matches by tag: each rank of a pair sends
+    tags 3 and 4 and receives them listed as 4 then 3 (torch.distributed.batch_isend_irecv,
+    P2POp's tag)."""
+    peer = _partner(ctx)
+    if peer is None:
+        return
+    got3, got4 = (torch.empty(5, device=ctx.device) for _ in range(2))
+    ops = [dist.P2POp(dist.isend, _tagged(5, ctx.rank, 3).to(ctx.device), peer, tag=3),
+           dist.P2POp(dist.isend, _tagged(5, ctx.rank, 4).to(ctx.device), peer, tag=4),
+           dist.P2POp(dist.irecv, got4, peer, tag=4),
+           dist.P2POp(dist.irecv, got3, peer, tag=3)]
+    for work in dist.batch_isend_irecv(ops):
+        work.wait()
+    assert_equal(got4, _tagged(5, peer, 4), "batch irecv(tag=4) listed before irecv(tag=3)")
+    assert_equal(got3, _tagged(5, peer, 3), "batch irecv(tag=3)")
+
+
+@check(requires=TAGS, covers=("recv(src=None, tag)",))
+def p2p_any_source_tag(ctx):
+    """A receive from any source with a tag takes only messages with that tag: every rank but
+    0 sends tag 6 then tag 7 to rank 0, which receives tag 7 from any source once per peer
+    (each from a distinct sender, with that sender's tag-7 message), then tag 6 from each
+    (torch.distributed.recv with src=None returns the sender's rank)."""
+    n = 3
+    if ctx.rank != 0:
+        works = [dist.isend(_tagged(n, ctx.rank, t).to(ctx.device), dst=0, tag=t) for t in (6, 7)]
+        for work in works:
+            work.wait()
+        return
+    # Every message is taken before anything is compared, however they were matched: the
+    # any-source phase, then what each sender has left (one, unless tags were ignored).
+    taken = []
+    for _ in range(1, ctx.world_size):
+        buf = torch.empty(n, device=ctx.device)
+        taken.append((dist.recv(buf, tag=7), buf))
+    senders = [src for src, _ in taken]
+    rest = {src: [torch.empty(n, device=ctx.device) for _ in range(2 - senders.count(src))]
+            for src in range(1, ctx.world_size)}
+    for src, bufs in rest.items():
+        for buf in bufs:
+            dist.recv(buf, src=src, tag=6)
+    assert sorted(senders) == list(range(1, ctx.world_size)), (
+        f"recv(src=None, tag=7) returned senders {senders}; expected each of ranks "
+        f"1..{ctx.world_size - 1} once")
+    for src, buf in taken:
+        assert_equal(buf, _tagged(n, src, 7), f"recv(src=None, tag=7) from rank {src} "
+                     "(a tag-6 message delivered: tag ignored?)")
+    for src, (buf,) in rest.items():
+        assert_equal(buf, _tagged(n, src, 6), f"recv(src={src}, tag=6) after the tag-7 messages")
+
+
+def _root_group(ctx) -> tuple[list[int], object]:
+    """(its ranks, the group) of a group whose group ranks differ from the global ones where
+    the world allows: the upper half of the ranks (every rank creates it), or all of them at a
+    world size below 4."""
+    ranks = list(range(ctx.world_size))
+    if ctx.world_size >= 4:
+        ranks = ranks[ctx.world_size // 2:]
+    return ranks, dist.new_group(ranks)
+
+
+@check(covers=("broadcast(group_src)", "reduce(group_dst)", "gather(group_dst)",
+               "scatter(group_src)", "send(group_dst)/recv(group_src)"))
+def group_roots(ctx):
+    """Roots and peers given as ranks of a group reach the backend as that group's ranks: on a
+    group of the upper half of the ranks, broadcast(group_src=1), reduce(group_dst=1),
+    gather(group_dst=1) and scatter(group_src=1) use the group's second rank as the root, and
+    send(group_dst)/recv(group_src) reach the group's next rank (the group_src / group_dst
+    arguments of torch.distributed.broadcast, reduce, gather, scatter, isend and irecv)."""
+    ranks, group = _root_group(ctx)
+    if ctx.rank not in ranks:
+        return
+    me, n, root = ranks.index(ctx.rank), len(ranks), ranks[1]
+    mine, every = _inputs(ctx, torch.float32, seed=95)
+    t = mine.clone()
+    dist.broadcast(t, group_src=1, group=group)
+    assert_equal(t, every[root], f"broadcast(group_src=1) (global rank {root})")
+    t = mine.clone()
+    dist.reduce(t, group_dst=1, group=group)
+    if ctx.rank == root:
+        assert_equal(t, torch.stack([every[r] for r in ranks]).sum(0),
+                     f"reduce(group_dst=1) on global rank {root}")
+    out = [torch.empty(SHAPE, device=ctx.device) for _ in ranks] if ctx.rank == root else None
+    dist.gather(mine, out, group_dst=1, group=group)
+    if ctx.rank == root:
+        for i, got in enumerate(out):
+            assert_equal(got, every[ranks[i]], f"gather(group_dst=1) entry {i}")
+    pieces = [rank_input(SHAPE, 200 + i, 96) for i in range(n)]
+    got = torch.empty(SHAPE, device=ctx.device)
+    dist.scatter(got, [p.to(ctx.device) for p in pieces] if ctx.rank == root else None,
+                 group_src=1, group=group)
+    assert_equal(got, pieces[me], f"scatter(group_src=1) to group rank {me}")
+    if n > 1:
+        right, left = (me + 1) % n, (me - 1) % n
+        got = torch.empty(SHAPE, device=ctx.device)
+        works = [dist.isend(mine, group=group, group_dst=right),
+                 dist.irecv(got, group=group, group_src=left)]
+        for work in works:
+            work.wait()
+        assert_equal(got, every[ranks[left]], f"irecv(group_src={left}) on the group")
+
+
+@check(timeout=90, covers=("new_group(timeout)",))
+def group_timeout(ctx):
+    """A collective on a group created with a 2 s timeout that rank 0 never joins raises on
+    the ranks waiting for it, well before the check's own limit, instead of waiting for ever;
+    then the group is destroyed and the default group still works
+    (torch.distributed.new_group(timeout=...), the backend's per-group timeout)."""
+    group = dist.new_group(list(range(ctx.world_size)), timeout=timedelta(seconds=2))
+    if ctx.rank != 0:
+        started = time.monotonic()
+        raised = None
+        try:
+            t = torch.ones(4, device=ctx.device)
+            dist.all_reduce(t, group=group)
+            t.cpu()  # an asynchronous device raises when the result is used
+        except Exception as exc:  # the backend's error type (DistBackendError, RuntimeError)
+            raised = exc
+        waited = time.monotonic() - started
+        assert raised is not None, (
+            "all_reduce on a group with a 2 s timeout returned although rank 0 never joined it")
+        assert waited < 30, (
+            f"all_reduce raised only after {waited:.1f} s on a group created with a 2 s timeout "
+            f"(the group's timeout ignored?): {raised}")
+    dist.barrier()
+    dist.destroy_process_group(group)
+    mine, every = _inputs(ctx, torch.float32, seed=97)
+    dist.all_reduce(mine)
+    assert_equal(mine, torch.stack(every).sum(0), "all_reduce on the default group afterwards")
 
 
 @check
@@ -375,7 +580,7 @@ def barrier(ctx):
         f"{ctx.world_size}")
 
 
-@check
+@check(covers=("async_op=True",))
 def async_work(ctx):
     """async_op=True returns a Work whose wait() completes the collective for the caller (on an
     asynchronous device, as NCCL: the current stream waits for it, not the host), is_completed()
@@ -426,7 +631,7 @@ def functional(ctx):
                      f"funcol.all_reduce(max) used without wait ({what})")
 
 
-@check(also_at=(8,))
+@check(also_at=(8,), covers=("broadcast(group_src)",))
 def subgroup_half(ctx):
     """A group of half the ranks (new_group, created by every rank) reduces, broadcasts and
     gathers among its members only; the other half's group is NON_GROUP_MEMBER here
@@ -510,7 +715,7 @@ def _sweep_all_reduce(ctx, ops: tuple[str, ...]) -> None:
     results.done()
 
 
-@check
+@check(covers=("all_reduce(op=SUM)",))
 def sweep_all_reduce_sum(ctx):
     """all_reduce(SUM) is exact for every dtype c10d reduces (bool, uint8, int8, int32, int64,
     float16, bfloat16, float32, float64, complex64) at every size of the sweep (0, 1, 7,
@@ -542,35 +747,35 @@ def sweep_all_reduce_views(ctx):
     results.done()
 
 
-@check
+@check(covers=("all_reduce(op=PRODUCT)",))
 def sweep_all_reduce_product(ctx):
     """all_reduce(PRODUCT) is exact for every non-complex dtype at every size of the sweep
     (inputs of 1, -1, 2 and 3 keep the product exact) (torch.distributed.all_reduce)."""
     _sweep_all_reduce(ctx, ("product",))
 
 
-@check
+@check(covers=("all_reduce(op=MIN)", "all_reduce(op=MAX)"))
 def sweep_all_reduce_min_max(ctx):
     """all_reduce(MIN) and all_reduce(MAX) are exact for every non-complex dtype at every size
     of the sweep (bool: MIN is "all", MAX "any") (torch.distributed.all_reduce)."""
     _sweep_all_reduce(ctx, ("min", "max"))
 
 
-@check
+@check(covers=("all_reduce(op=AVG)",))
 def sweep_all_reduce_avg(ctx):
     """all_reduce(AVG) is exact for float16, bfloat16, float32, float64 and complex64 at every
     size of the sweep (integer inputs, a power-of-two world) (torch.distributed.all_reduce)."""
     _sweep_all_reduce(ctx, ("avg",))
 
 
-@check
+@check(covers=("all_reduce(op=BAND/BOR/BXOR)",))
 def sweep_all_reduce_bitwise(ctx):
     """all_reduce(BAND / BOR / BXOR) is exact for bool, uint8, int8, int32 and int64 at every
     size of the sweep (torch.distributed.all_reduce)."""
     _sweep_all_reduce(ctx, ("band", "bor", "bxor"))
 
 
-@check
+@check(covers=("broadcast(src)",))
 def sweep_broadcast(ctx):
     """broadcast leaves the root's tensor on every rank for every dtype at every size of the
     sweep, the root moving from rank to rank, and into an offset view
@@ -591,7 +796,7 @@ def sweep_broadcast(ctx):
     results.done()
 
 
-@check
+@check(covers=("reduce(dst)",))
 def sweep_reduce(ctx):
     """reduce(SUM) leaves the exact sum on the destination for every non-complex dtype at every
     size of the sweep, the destination moving from rank to rank (torch.distributed.reduce)."""
@@ -723,7 +928,7 @@ def sweep_all_to_all(ctx):
     results.done()
 
 
-@check
+@check(covers=("gather(dst)",))
 def sweep_gather(ctx):
     """gather: the destination's list holds every rank's input, for every non-complex dtype at
     every size of the sweep, the destination moving from rank to rank (torch does not view
@@ -741,7 +946,7 @@ def sweep_gather(ctx):
     results.done()
 
 
-@check
+@check(covers=("scatter(src)",))
 def sweep_scatter(ctx):
     """scatter: rank r receives the source's r-th tensor, for every dtype at every size of the
     sweep, the source moving from rank to rank (torch.distributed.scatter)."""
@@ -758,7 +963,7 @@ def sweep_scatter(ctx):
     results.done()
 
 
-@check
+@check(covers=("send(dst)/recv(src)",))
 def sweep_send_recv(ctx):
     """isend/irecv around a ring deliver the left neighbour's tensor for every dtype at every
     size of the sweep (past the mock's 256 KiB point-to-point chunks)

@@ -82,7 +82,12 @@ print(json.dumps({"errors": len(report.errors), "render": report.render()}))
 """
 
 
-@check(timeout=120)
+@check(timeout=120, covers=("torch.<device>.is_available", "torch.<device>.is_initialized",
+       "torch.<device>.device_count", "torch.<device>.current_device", "torch.<device>.set_device",
+       "torch.<device>.synchronize", "torch.<device>.get_rng_state", "torch.<device>.set_rng_state",
+       "torch.<device>.manual_seed", "torch.<device>.manual_seed_all",
+       "torch.<device>.initial_seed", "torch.<device>._is_in_bad_fork",
+       "torch.<device>.get_amp_supported_dtype", "torch.<device>.Event"))
 def device_handle_contract(ctx):
     """accelkit's device-handle checker (accelkit.core.check_device_handle), run by rank 0 in a
     fresh process after the backend's setup() (the checker needs a device nobody has used
@@ -101,7 +106,8 @@ def device_handle_contract(ctx):
         f"check_device_handle({ctx.device_type!r}) found errors:\n{result['render']}")
 
 
-@check(requires=("accelerator",))
+@check(requires=("accelerator",), covers=("torch.<device>.device_count",
+       "torch.<device>.current_device"))
 def accelerator_api(ctx):
     """torch.accelerator reports the device: available, current_accelerator() is the device
     type, device_count() matches torch.<device>, the current index is the rank's device, and
@@ -128,7 +134,8 @@ def accelerator_api(ctx):
                  "torch._C._get_accelerator().type")
 
 
-@check(requires=("accelerator",))
+@check(requires=("accelerator",), covers=("torch.<device>.manual_seed_all",
+       "torch.<device>.initial_seed", "torch.<device>._is_in_bad_fork"))
 def manual_seed_reaches_device(ctx):
     """torch.manual_seed(s) seeds the device generator too (initial_seed() is s and the device
     draws repeat after reseeding, differ for another seed), so every rank seeding alike draws
@@ -148,7 +155,7 @@ def manual_seed_reaches_device(ctx):
         assert_equal(d, first, f"rank {r}'s device draw at the same seed")
 
 
-@check(requires=("accelerator",))
+@check(requires=("accelerator",), covers=("torch.<device>._lazy_init",))
 def device_module(ctx):
     """The device is usable through the normal torch surface: torch.<device> is registered,
     tensors move to and from it with their values, and for a PrivateUse1 device the backend is

@@ -89,7 +89,7 @@ def supported(ctx):
     assert tracker._device == expected, f"tracker device {tracker._device}, expected {expected}"
 
 
-@check
+@check(covers=("torch.<device>.get_rng_state", "torch.<device>.set_rng_state"))
 def state_layout(ctx):
     """get_rng_state() is 16 bytes that decode to (seed, offset): torch.manual_seed(s) gives
     seed s at offset 0 on the device, a device random op moves the offset forward, the state
@@ -319,7 +319,7 @@ def user_generator(ctx):
     assert_equal(default_draw, first, "default generator at the same seed")
 
 
-@check
+@check(covers=("torch.<device>.get_rng_state", "torch.<device>.set_rng_state"))
 def fork_rng(ctx):
     """torch.random.fork_rng(devices=[device], device_type=...) restores the device's RNG state
     on exit: a draw after the block repeats the draw inside it (torch.random.fork_rng, which
@@ -406,3 +406,67 @@ def submesh(ctx):
         assert dt.to_local().numel() == 0, (
             f"non-member local shard has {dt.to_local().numel()} elements, expected 0")
     dist.barrier()
+
+
+#: Seeds that need more than 32 bits, up to the largest torch.manual_seed accepts.
+WIDE_SEEDS = (2**32 + 5, 2**63 + 11, 2**64 - 1)
+
+
+@check(covers=("torch.<device>.manual_seed_all", "torch.<device>.initial_seed"))
+def seed_width(ctx):
+    """The device generator keys on all 64 bits of the seed, as CUDA's Philox (its key is
+    64 bits; torch's CPU mt19937 keeps 32, so the cpu backend skips with the module's reason):
+    after torch.manual_seed(s) for s >= 2**32, torch.rand on the device differs from what the
+    seed's low 32 bits draw, and torch.<device>.initial_seed() returns s
+    (torch.manual_seed, torch.cuda.initial_seed)."""
+    handle = _handle(ctx)
+    for seed in WIDE_SEEDS:
+        low = seed & 0xFFFFFFFF
+        torch.manual_seed(seed)
+        wide_draw = torch.rand(64, device=ctx.device).cpu()
+        assert handle.initial_seed() == seed, (
+            f"after torch.manual_seed({seed}) initial_seed() is {handle.initial_seed()}, "
+            f"expected {seed}" + (" (the low 32 bits: seed truncated)"
+                                  if handle.initial_seed() == low else ""))
+        torch.manual_seed(low)
+        assert not torch.equal(torch.rand(64, device=ctx.device).cpu(), wide_draw), (
+            f"torch.manual_seed({seed}) and manual_seed({low}) draw the same numbers on "
+            f"{ctx.device}: the generator keeps only the low 32 bits of the seed")
+
+
+@check(covers=("torch.<device>.set_device", "torch.<device>.manual_seed",
+       "torch.<device>.manual_seed_all", "torch.<device>.initial_seed",
+       "torch.<device>.get_rng_state"))
+def seed_every_device(ctx):
+    """Seeding reaches the right device's generator with the whole seed: manual_seed(s_i) with
+    device i current seeds device i only (initial_seed() and the seed bytes of
+    get_rng_state(i) are s_i, every other device keeps its own), and torch.manual_seed(s) /
+    manual_seed_all(s) seed every device (torch.cuda.manual_seed / manual_seed_all,
+    torch.random._seed_custom_device; the state's first 8 bytes are the uint64 seed)."""
+    handle = _handle(ctx)
+    here = handle.current_device()
+    count = handle.device_count()
+    seeds = [2**40 + 7919 * i + 3 for i in range(count)]
+    try:
+        for i, seed in enumerate(seeds):
+            handle.set_device(i)
+            handle.manual_seed(seed)
+            assert handle.initial_seed() == seed, (
+                f"manual_seed({seed}) with device {i} current: initial_seed() is "
+                f"{handle.initial_seed()}, expected {seed}")
+        for i, seed in enumerate(seeds):
+            got = _seed_offset(handle.get_rng_state(i))
+            assert got == (seed, 0), (
+                f"device {i} after manual_seed({seed}) with it current (and the others seeded "
+                f"after it): (seed, offset) {got}, expected ({seed}, 0)")
+        for what, seed_all in (("torch.manual_seed", torch.manual_seed),
+                               ("manual_seed_all", handle.manual_seed_all)):
+            seed = 2**50 + 17 + (what == "manual_seed_all")
+            seed_all(seed)
+            got = [_seed_offset(handle.get_rng_state(i)) for i in range(count)]
+            wrong = {i: g for i, g in enumerate(got) if g != (seed, 0)}
+            assert not wrong, (
+                f"after {what}({seed}) devices {sorted(wrong)} have (seed, offset) "
+                f"{list(wrong.values())}, expected ({seed}, 0) on all {count}")
+    finally:
+        handle.set_device(here)

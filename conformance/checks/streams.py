@@ -14,6 +14,8 @@ CUDA, ...).
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed as dist
 from accelkit.conformance.api import Defaults, check
@@ -55,7 +57,8 @@ def _ends(t: torch.Tensor) -> torch.Tensor:
     return torch.cat([t[:1024], t[-1024:]]).cpu()
 
 
-@check
+@check(covers=("torch.<device>.Stream", "torch.<device>.Event", "torch.<device>.current_stream",
+       "torch.<device>.stream", "torch.<device>.synchronize"))
 def device_handle_streams(ctx):
     """The device module's stream and event members as FSDP2 and DCP call them: Stream(priority)
     on the current device, current_stream() inside and outside `with stream(s):`,
@@ -85,7 +88,7 @@ def device_handle_streams(ctx):
     assert high.query() and default.query(), "streams busy after synchronize()"
 
 
-@check
+@check(covers=("async_op=True",))
 def collective_ordering(ctx):
     """A collective starts after the work queued before it on the current stream, and
     Work.wait() makes the current stream (not necessarily the host) wait for its result: a
@@ -107,7 +110,7 @@ def collective_ordering(ctx):
     assert_equal(gathered, expected, "all_gather of queued inputs")
 
 
-@check
+@check(covers=("torch.<device>.Stream", "torch.<device>.stream", "torch.<device>.current_stream"))
 def side_stream_events(ctx):
     """Work on a side stream joined with events: the side stream waits for the producer
     (wait_stream), the current stream waits for the side stream's result (Event.record on the
@@ -185,3 +188,44 @@ def memory_statistics(ctx):
     missing = sorted(wanted - set(stats))
     assert not missing, f"memory_stats() lacks {missing}"
     del keep
+
+
+#: Side of the float32 matmuls event_timing times (a few ms to a few hundred on any device).
+TIMED = 1024
+
+
+@check(covers=("torch.<device>.Event",))
+def event_timing(ctx):
+    """Event.elapsed_time measures the time between two recorded events: with three
+    torch.Event(device, enable_timing=True) recorded before, between and after two rounds of
+    known work (two 1024x1024 matmuls each), both intervals are positive, the whole is their
+    sum, and it agrees with the host's clock within a generous factor: at most the time the
+    host waited for the work (plus 1 ms), at least a twentieth of it (torch.Event.elapsed_time,
+    as torch.cuda.Event.elapsed_time: milliseconds between the events)."""
+    handle = _handle(ctx)
+    a = torch.randn(TIMED, TIMED, device=ctx.device) / TIMED ** 0.5
+    b = torch.empty_like(a)
+    handle.synchronize()
+    events = [torch.Event(ctx.device, enable_timing=True) for _ in range(3)]
+    started = time.perf_counter()
+    events[0].record()
+    for event in events[1:]:
+        for _ in range(2):
+            torch.mm(a, a, out=b)
+        event.record()
+    events[-1].synchronize()
+    host_ms = (time.perf_counter() - started) * 1000
+    first, second = events[0].elapsed_time(events[1]), events[1].elapsed_time(events[2])
+    whole = events[0].elapsed_time(events[2])
+    for name, ms in (("first", first), ("second", second)):
+        assert ms > 0, (f"elapsed_time over the {name} round of matmuls is {ms} ms, expected > 0 "
+                        "(events without timestamps?)")
+    assert abs(whole - (first + second)) <= 0.01 * whole + 0.05, (
+        f"elapsed_time from the first to the last event is {whole} ms, but the two rounds "
+        f"between them took {first} + {second} ms (timestamps out of order?)")
+    assert whole <= host_ms * 1.1 + 1.0, (
+        f"elapsed_time {whole:.3f} ms for work the host saw finish in {host_ms:.3f} ms "
+        "(elapsed_time must be in milliseconds)")
+    assert whole >= host_ms / 20, (
+        f"elapsed_time {whole:.3f} ms for work the host waited {host_ms:.3f} ms for: under a "
+        "twentieth of it (elapsed_time must be in milliseconds of device time)")

@@ -52,6 +52,12 @@ const std::vector<Fault>& all() {
       {"transport_reads_device_memory",
        "the transport checksums its input by reading device memory directly (works only "
        "where device memory is host memory)"},
+      {"seed_truncated_to_32_bits",
+       "the generator keeps only the low 32 bits of the seed (manual_seed(2**32 + 5) draws "
+       "what manual_seed(5) draws)"},
+      {"elapsed_time_zero", "Event.elapsed_time is always 0.0 (events carry no timestamps)"},
+      {"p2p_ignores_tags",
+       "send/recv ignore the tag: a recv takes the peer's next message, whatever its tag"},
   };
   return faults;
 }

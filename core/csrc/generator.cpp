@@ -17,6 +17,14 @@ PhiloxGenerator::PhiloxGenerator(c10::DeviceIndex index, uint64_t seed)
                          c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
       seed_(seed) {}
 
+void PhiloxGenerator::set_current_seed(uint64_t seed) {
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("seed_truncated_to_32_bits")) seed &= 0xffffffffULL;
+#endif
+  seed_ = seed;
+  offset_ = 0;
+}
+
 uint64_t PhiloxGenerator::seed() {
   const uint64_t s = c10::detail::getNonDeterministicRandom(true);
   set_current_seed(s);

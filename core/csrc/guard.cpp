@@ -6,6 +6,7 @@
 #include <accelkit/context.h>
 
 #include "events.h"
+#include "faults.h"
 #include "registry.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -118,6 +119,9 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 "Both events must be created with argument 'enable_timing=True'.");
     a->state->synchronize();
     b->state->synchronize();
+#ifdef ACCELKIT_FAULTS
+    if (faults::active("elapsed_time_zero")) return 0.0;
+#endif
     return b->state->time_ms() - a->state->time_ms();
   }
 

@@ -1,10 +1,14 @@
-// Stress test of the mock's shared-memory transport (backends/mock/csrc/mockccl_shm.h), with
+// Stress test of the mock's shared-memory transport (backends/mock/csrc/mockccl_shm.h and its
+// mockccl_*.cpp parts, compiled in; mockccl.cpp, the Python module, is not), with
 // threads as ranks in one process so ThreadSanitizer sees every access: each rank maps the
 // group's segment on its own (as separate processes do), then
 //   rounds   allreduce / reduce_scatter / allgather of counts that straddle a small chunk
 //            (many rounds, both slot sets), checked against closed-form sums;
 //   claims   rank 1 sends two messages per round to rank 0, which receives them with a
 //            recv(1) and a recv_any on two threads at once: each message taken exactly once;
+//   tags     rank 1 sends tags 1, 2, 3, 3 per round; rank 0 takes tag 3 twice with recv_any on
+//            one thread while another receives tag 2, then tag 1 with recv(1): each buffer
+//            gets the message of its tag, tag 3's in sending order;
 //   abort    ranks 0-2 wait in an allreduce rank 3 never joins; another thread aborts rank 0's
 //            transport: every waiting rank raises within a second.
 // Prints one line per part ("rounds ok", ...) and exits 0, or prints the failure and exits 1.
@@ -150,6 +154,38 @@ void claims() {
   std::puts("claims ok");
 }
 
+void tags() {
+  Group g(2, 4096, 256);
+  constexpr int kRounds = 100, kLen = 300;
+  const auto value = [](int round, int k) { return 10 * round + k; };  // message k of a round
+  const std::string err = g.spmd([&](int r) {
+    for (int round = 0; round < kRounds; ++round) {
+      if (r == 1) {
+        const int sent_tags[] = {1, 2, 3, 3};
+        for (int k = 0; k < 4; ++k) {
+          std::vector<int32_t> msg(kLen, value(round, k));
+          g.ranks[1]->send(call(Kind::kSend, 0, kLen), msg.data(), 0, sent_tags[k]);
+        }
+        continue;
+      }
+      std::vector<int32_t> one(kLen, -1), two(kLen, -1), third(kLen, -1), fourth(kLen, -1);
+      std::thread any([&] {
+        g.ranks[0]->recv_any(call(Kind::kRecv, 0, kLen), third.data(), 3);
+        g.ranks[0]->recv_any(call(Kind::kRecv, 0, kLen), fourth.data(), 3);
+      });
+      g.ranks[0]->recv(call(Kind::kRecv, 0, kLen), two.data(), 1, 2);
+      g.ranks[0]->recv(call(Kind::kRecv, 0, kLen), one.data(), 1, 1);
+      any.join();
+      const std::string at = "round " + std::to_string(round) + ": ";
+      expect(one[0] == value(round, 0) && one[kLen - 1] == value(round, 0), at + "tag 1");
+      expect(two[0] == value(round, 1) && two[kLen - 1] == value(round, 1), at + "tag 2");
+      expect(third[0] == value(round, 2) && fourth[0] == value(round, 3), at + "tag 3 order");
+    }
+  });
+  expect(err.empty(), err);
+  std::puts("tags ok");
+}
+
 void abort_latency() {
   Group g(4, 4096, 256);
   std::vector<double> seconds(3, -1);
@@ -185,6 +221,7 @@ int main() {
   try {
     rounds();
     claims();
+    tags();
     abort_latency();
   } catch (const std::exception& e) {
     std::printf("FAILED: %s\n", e.what());

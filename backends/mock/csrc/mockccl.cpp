@@ -2,7 +2,8 @@
 //
 // `Backend(store, rank, size, timeout_ms, device)` (accelkit::c10d::bind_collectives) connects
 // the ranks of one process group through the c10d Store and returns a c10d::Backend
-// (<accelkit/c10d/backend.h>) running on the shared-memory transport (mockccl_shm.h).
+// (<accelkit/c10d/backend.h>) running on the shared-memory transport (mockccl_shm.h and the
+// mockccl_*.cpp files it lists).
 // Connecting:
 //   1. every rank publishes its hostname; ranks on different hosts fail with the host names
 //      (mockccl is one-host);
@@ -18,6 +19,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
 #include <string>

@@ -236,21 +236,24 @@ class FaultyTransport final : public Transport {
 
   void send(const CallInfo& call, const void* buf, int peer, int tag) override {
     checksum(buf, bytes_of(call, call.count));
-    inner_->send(call, buf, peer, tag);
+    inner_->send(call, buf, peer, untagged(tag));
   }
 
   void recv(const CallInfo& call, void* buf, int peer, int tag) override {
-    inner_->recv(call, buf, peer, tag);
+    inner_->recv(call, buf, peer, untagged(tag));
   }
 
   int recv_any(const CallInfo& call, void* buf, int tag) override {
-    return inner_->recv_any(call, buf, tag);
+    return inner_->recv_any(call, buf, untagged(tag));
   }
 
   void abort(const std::string& reason) override { inner_->abort(reason); }
   void shutdown() override { inner_->shutdown(); }
 
  private:
+  // p2p_ignores_tags: every message travels with tag 0, so each receive takes the peer's next.
+  static int untagged(int tag) { return faults::active("p2p_ignores_tags") ? 0 : tag; }
+
   static bool unreduced(size_t nbytes) {
     return nbytes > kUnreducedAbove && faults::active("unreduced_above_4kib");
   }

@@ -27,11 +27,8 @@ class PhiloxGenerator final : public c10::GeneratorImpl {
 
   static c10::DeviceType device_type() { return kDeviceType; }
 
-  // As CUDA: a new seed restarts the stream at offset 0.
-  void set_current_seed(uint64_t seed) override {
-    seed_ = seed;
-    offset_ = 0;
-  }
+  // As CUDA: a new seed (all 64 bits of it: Philox's key) restarts the stream at offset 0.
+  void set_current_seed(uint64_t seed) override;
   uint64_t current_seed() const override { return seed_; }
   uint64_t seed() override;
   void set_offset(uint64_t offset) override { offset_ = offset; }

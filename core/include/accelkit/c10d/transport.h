@@ -2,7 +2,8 @@
 // calls into their collective library (NCCL, HCCL, XCCL, ...). <accelkit/c10d/backend.h> turns
 // c10d's tensor-list API (views, non-contiguous tensors, AVG, PREMUL_SUM, coalescing, Work and
 // futures, per-op timeouts) into these calls on dense buffers, so a transport only moves and
-// reduces bytes. The mock's shared-memory transport is backends/mock/csrc/mockccl_shm.h.
+// reduces bytes. The mock's shared-memory transport is backends/mock/csrc/mockccl_shm.h (with the
+// mockccl_*.cpp files it lists).
 //
 // Contract for every collective call:
 //  * All ranks of the group call the same collective with the same CallInfo (seq, kind, dtype,
