@@ -73,6 +73,14 @@ bool QueuedWork::wait(std::chrono::milliseconds timeout) {
 }
 
 int QueuedWork::sourceRank() const {
+  // The peer is host state, known once the recv ran: on an asynchronous device wait() only
+  // ordered the caller's stream, so block here until the operation finished, as
+  // dist.recv(src=None) needs the rank it returns.
+  {
+    std::unique_lock<std::mutex> lock(completion_->mutex);
+    completion_->cv.wait(lock, [&] { return completion_->done; });
+    if (completion_->error) std::rethrow_exception(completion_->error);
+  }
   TORCH_CHECK(source_rank_ >= 0,
               "sourceRank() is only defined for a completed recv from any source");
   return source_rank_;

@@ -63,7 +63,8 @@ accelkit::Runtime* device_runtime();
 // rethrows its error (a c10::DistBackendError for communication failures); isCompleted() never
 // blocks; getFuture() completes with the output tensors (functional collectives and DDP comm
 // hooks rely on it) or with the error; result() returns the outputs; sourceRank() is the peer
-// a recv-from-any-source received from.
+// a recv-from-any-source received from (it blocks until the recv ran, also on an asynchronous
+// device).
 class QueuedWork : public ::c10d::Work {
  public:
   QueuedWork(int rank, ::c10d::OpType type, const char* name, uint64_t seq,
