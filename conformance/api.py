@@ -57,6 +57,9 @@ class CheckDef:
     doc: str = ""
     #: Other world sizes the check is written and verified for (``--world-size N`` runs it there).
     also_at: tuple[int, ...] = ()
+    #: Runs in one process on torch's fake process group of ``world_size`` ranks (see
+    #: :mod:`accelkit.conformance.simulate`), not on ``world_size`` real processes.
+    simulated: bool = False
     #: The module's defaults it was declared under.
     defaults: Defaults | None = field(default=None, compare=False, repr=False)
 
@@ -102,13 +105,14 @@ DEFAULTS_NAME = "CHECK_DEFAULTS"
 class Defaults:
     """What the checks of one module share (the module-level ``CHECK_DEFAULTS``): ``area``
     (default: the module's name), ``world_size`` (default 4), ``also_at``, ``requires`` and
-    ``timeout`` as in :func:`check`, whose arguments replace them for one check."""
+    ``timeout`` and ``simulated`` as in :func:`check`, whose arguments replace them for one check."""
 
     area: str | None = None
     world_size: int = 4
     also_at: tuple[int, ...] = ()
     requires: tuple[str, ...] = ()
     timeout: float | None = None
+    simulated: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "also_at", tuple(self.also_at))
@@ -123,7 +127,7 @@ _MISSING: Any = object()
 
 def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tuple[int, ...] = _MISSING,
           requires: tuple[str, ...] | list[str] = _MISSING,
-          timeout: float | None = _MISSING) -> Callable:
+          timeout: float | None = _MISSING, simulated: bool = _MISSING) -> Callable:
     """Register ``fn`` as the check ``<area>.<fn name>``: ``@check`` or ``@check(...)``.
 
     ``world_size`` is the number of ranks it runs on by default (4). ``also_at`` lists other
@@ -131,8 +135,11 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
     at: ``--world-size N`` and a torchrun launch of N ranks run it there, so a machine with 2
     devices or a launch of 8 ranks still gets a report. ``requires`` names capabilities from
     :data:`accelkit.core.spec.REQUIREMENTS`; a backend lacking one gets SKIP with the reason.
-    ``timeout`` overrides the run's per-check budget. Each argument given replaces the
-    module's ``CHECK_DEFAULTS`` for this check.
+    ``timeout`` overrides the run's per-check budget. ``simulated=True`` runs it in one
+    process on torch's fake process group of each of its world sizes (all of them by
+    default), as rank 0 of that many (:mod:`accelkit.conformance.simulate`): reports show
+    those results apart from the real ones. Each argument given replaces the module's
+    ``CHECK_DEFAULTS`` for this check.
     """
     if isinstance(fn, str):
         raise TypeError(
@@ -140,7 +147,8 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
             "@check(world_size=..., ...)) in the module of its area, e.g. "
             "conformance/checks/<area>.py")
     given = {k: v for k, v in (("world_size", world_size), ("also_at", also_at),
-                               ("requires", requires), ("timeout", timeout)) if v is not _MISSING}
+                               ("requires", requires), ("timeout", timeout),
+                               ("simulated", simulated)) if v is not _MISSING}
 
     def decorate(fn: Callable) -> Callable:
         _register(fn, given)
@@ -185,7 +193,7 @@ def _register(fn: Callable, given: dict[str, Any]) -> None:
                          f"and {where}")
     CHECKS[check_id] = CheckDef(id=check_id, fn=fn, world_size=world_size, requires=requires,
                                 timeout=settings["timeout"], doc=doc, also_at=also_at,
-                                defaults=defaults)
+                                simulated=bool(settings["simulated"]), defaults=defaults)
 
 
 def forget(module_name: str) -> None:

@@ -126,7 +126,18 @@ def _short_repr(value: Any, limit: int = 200) -> str | None:
 
 
 def run_on_rank(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankResult:
-    """Run ``check`` on this rank from a clean state and describe what happened."""
+    """Run ``check`` on this rank from a clean state and describe what happened. A simulated
+    check runs inside a fake default process group of ``ctx.world_size`` ranks
+    (:func:`accelkit.conformance.simulate.fake_world`), made and destroyed around it."""
+    if check.simulated:
+        from accelkit.conformance.simulate import fake_world
+
+        with fake_world(ctx.spec.device_type, ctx.world_size, ctx.rank):
+            return _run(check, ctx, group_count_before)
+    return _run(check, ctx, group_count_before)
+
+
+def _run(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankResult:
     reset_state(ctx.spec.device_type, group_count_before)
     handle = device_handle(ctx.spec.device_type)
     reset_peak_memory(handle)

@@ -1,0 +1,345 @@
+"""Scale: the parts of the distributed stack whose behaviour depends on the world size, at 16,
+64, 256 and 1,024 ranks, simulated in one process on torch's fake process group registered for
+the device under test (:mod:`accelkit.conformance.simulate`): DeviceMesh 1-D to 4-D layouts,
+per-dimension groups, slicing, flattening and how many process groups each creates; DTensor
+shard layouts and the collectives a redistribute plans; ``parallelize_module`` and FSDP2
+``fully_shard`` plans on meta parameters; the RNG tracker's Philox offsets for every rank's
+coordinate. Each check runs as rank 0 of the world (the fake group moves no data, so values
+are not checked here, only layouts, plans and counts); the report keeps these results apart
+from the real ones and records each size's time and peak memory.
+
+Sources: torch.testing._internal.distributed.fake_pg (``FakeProcessGroup``),
+torch.distributed.device_mesh (PR 102336: sub-groups per mesh dimension), torch's
+``distributed/tensor/_utils.py`` (``_compute_local_shape_and_global_offset``),
+``distributed/tensor/_random.py`` (``OffsetBasedRNGTracker``, PR 103235),
+torch.distributed.tensor.parallel.parallelize_module, torch.distributed.fsdp.fully_shard.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+import torch.distributed as dist
+from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.checks._transformer import Transformer, tp_plan
+from accelkit.conformance.checks._util import assert_value
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.distributed_c10d import _world
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor._random import (OffsetBasedRNGTracker, _calc_first_shard_size,
+                                              _calc_shard_info, _PhiloxState)
+from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
+from torch.distributed.tensor.debug import CommDebugMode
+
+CHECK_DEFAULTS = Defaults(world_size=16, also_at=(64, 256, 1024), simulated=True)
+
+#: Names of the dimensions of an N-D mesh (the last N): replicate x shard x context x tensor.
+DIM_NAMES = ("rep", "shard", "cp", "tp")
+
+
+def mesh_shape(world_size: int, ndim: int) -> tuple[int, ...]:
+    """A row-major mesh shape of ``ndim`` dimensions over ``world_size`` (a power of two)
+    ranks, as even as the factors of two allow, the larger dimensions last."""
+    if world_size & (world_size - 1):
+        raise ValueError(f"the scale checks need a power-of-two world size, got {world_size}")
+    exponents = [0] * ndim
+    for i in range(world_size.bit_length() - 1):
+        exponents[ndim - 1 - i % ndim] += 1
+    return tuple(2 ** e for e in exponents)
+
+
+def _mesh(ctx, ndim: int):
+    shape = mesh_shape(ctx.world_size, ndim)
+    return init_device_mesh(ctx.device_type, shape, mesh_dim_names=DIM_NAMES[-ndim:])
+
+
+def _group_count() -> int:
+    """The process groups this rank holds (c10d's ``_world.pg_map``), the default one included."""
+    return len(_world.pg_map)
+
+
+def _row_major_group(shape: tuple[int, ...], dims: tuple[int, ...]) -> list[int]:
+    """Rank 0's group over mesh dimensions ``dims`` of a row-major mesh of ``shape``: the ranks
+    whose coordinates are 0 on every other dimension."""
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    ranges = [range(shape[d]) for d in dims]
+    return sorted(sum(i * strides[d] for i, d in zip(idx, dims)) for idx in itertools.product(*ranges))
+
+
+def _coordinates(shape: tuple[int, ...]):
+    return itertools.product(*(range(n) for n in shape))
+
+
+@check
+def mesh_nd_groups(ctx):
+    """init_device_mesh of 1 to 4 dimensions over the whole world on the device type: the
+    row-major layout, rank 0's coordinate, one group per dimension (get_group by index and by
+    name) holding exactly the ranks along it, served by the process group backend for the
+    device; a 1-D mesh reuses the world group and an N-D mesh creates exactly N groups, anew
+    for every init_device_mesh (torch.distributed.device_mesh, PR 102336)."""
+    for ndim in range(1, 5):
+        shape = mesh_shape(ctx.world_size, ndim)
+        before = _group_count()
+        mesh = _mesh(ctx, ndim)
+        created = _group_count() - before
+        assert_value(mesh.shape, shape, f"{ndim}-D mesh.shape")
+        assert_value(mesh.device_type, ctx.device_type, f"{ndim}-D mesh.device_type")
+        layout = mesh.mesh
+        assert torch.equal(layout, torch.arange(ctx.world_size).reshape(shape)), (
+            f"{ndim}-D mesh.mesh is not the row-major layout of {shape}")
+        assert_value(tuple(mesh.get_coordinate()), (0,) * ndim, f"{ndim}-D mesh.get_coordinate()")
+        assert_value(created, 0 if ndim == 1 else ndim, f"process groups created by a {ndim}-D mesh")
+        for dim, name in enumerate(mesh.mesh_dim_names):
+            group = mesh.get_group(dim)
+            assert group is mesh.get_group(name), f"{ndim}-D get_group({dim}) is not get_group({name!r})"
+            assert_value(dist.get_process_group_ranks(group), _row_major_group(shape, (dim,)),
+                         f"{ndim}-D mesh: ranks of rank 0's group along {name!r}")
+            backend = group._get_backend(torch.device(ctx.device_type)).name()
+            assert_value(backend, "fake", f"{ndim}-D mesh: the {ctx.device_type} backend of {name!r}")
+        if ndim == 1:
+            assert mesh.get_group() is dist.group.WORLD, "a 1-D mesh over the world made a new group"
+    again = _group_count()
+    _mesh(ctx, 4)
+    assert_value(_group_count() - again, 4, "process groups created by a second, equal 4-D mesh")
+
+
+@check
+def mesh_slice_flatten(ctx):
+    """On a 4-D mesh: slicing any subset of named dimensions creates no process group and
+    hands out the parent's groups; flattening ("cp", "tp") and ("rep", "shard") each creates
+    one group of the product size over the expected ranks, and flattening again reuses it
+    (DeviceMesh.__getitem__, DeviceMesh._flatten; PR 102336)."""
+    mesh = _mesh(ctx, 4)
+    shape = mesh.shape
+    before = _group_count()
+    for k in range(1, 5):
+        for names in itertools.combinations(DIM_NAMES, k):
+            sub = mesh[names]
+            assert_value(sub.shape, tuple(shape[DIM_NAMES.index(n)] for n in names),
+                         f"mesh[{names}].shape")
+            for name in names:
+                assert sub.get_group(name) is mesh.get_group(name), (
+                    f"mesh[{names}].get_group({name!r}) is not the parent's group")
+    assert_value(_group_count() - before, 0, "process groups created by slicing")
+    for names in (("cp", "tp"), ("rep", "shard")):
+        dims = tuple(DIM_NAMES.index(n) for n in names)
+        size = math.prod(shape[d] for d in dims)
+        before = _group_count()
+        flat = mesh[names]._flatten("_".join(names))
+        assert_value(_group_count() - before, 1, f"process groups created by flattening {names}")
+        assert_value(flat.shape, (size,), f"flattened {names} shape")
+        assert_value(dist.get_process_group_ranks(flat.get_group()), _row_major_group(shape, dims),
+                     f"ranks of rank 0's flattened {names} group")
+        again = mesh[names]._flatten("_".join(names))
+        assert again.get_group() is flat.get_group(), f"flattening {names} again made a new group"
+        assert_value(_group_count() - before, 1, f"process groups after flattening {names} twice")
+
+
+def _tiles(shape: tuple[int, ...], mesh_shape_: tuple[int, ...], placements) -> None:
+    """The shards of every coordinate of a mesh of ``mesh_shape_`` cover a tensor of ``shape``
+    exactly once (replicas count once), as torch computes each coordinate's local shape and
+    offset; every non-empty shard is held by as many coordinates as the replicated
+    dimensions hold ranks (empty shards of an uneven split hold nothing)."""
+    cover = torch.zeros(shape, dtype=torch.int32)
+    boxes = {}
+    for coord in _coordinates(mesh_shape_):
+        local, offset = _compute_local_shape_and_global_offset(shape, mesh_shape_, list(coord),
+                                                               placements)
+        boxes.setdefault((tuple(local), tuple(offset)), []).append(coord)
+    for (local, offset) in boxes:
+        cover[tuple(slice(o, o + n) for o, n in zip(offset, local))] += 1
+    counts = cover.unique().tolist()
+    assert counts == [1], (f"{list(shape)} on {list(mesh_shape_)} as {placements}: shards cover "
+                           f"elements {counts} times, expected exactly once")
+    replicas = math.prod(n for n, p in zip(mesh_shape_, placements) if not isinstance(p, Shard))
+    sizes = sorted({len(coords) for (local, _), coords in boxes.items() if math.prod(local)})
+    assert sizes == [replicas], (f"{list(shape)} on {list(mesh_shape_)} as {placements}: each "
+                                 f"shard held by {sizes} coordinates, expected {replicas}")
+
+
+@check
+def dtensor_shard_layouts(ctx):
+    """DTensor placements on 2-D to 4-D meshes, even and uneven: the local shards torch
+    computes for every rank's coordinate cover the global tensor exactly once, each held by
+    the product of the replicated dimensions' sizes; rank 0's distribute_tensor on the device
+    has the local shape computed for its coordinate (torch.distributed.tensor._utils.
+    _compute_local_shape_and_global_offset, distribute_tensor)."""
+    cases = [
+        (2, (ctx.world_size, 6), [Shard(0), Shard(1)]),
+        (2, (ctx.world_size * 2 + 3, 5), [Shard(0), Replicate()]),          # uneven
+        (3, (37, ctx.world_size // 2 + 1), [Replicate(), Shard(1), Shard(0)]),  # uneven both
+        (4, (8, 16, ctx.world_size // 4), [Shard(0), Replicate(), Shard(2), Shard(1)]),
+    ]
+    for ndim, shape, placements in cases:
+        mesh = _mesh(ctx, ndim)
+        _tiles(shape, mesh.shape, placements)
+        local = distribute_tensor(torch.zeros(shape, device=ctx.device), mesh, placements).to_local()
+        expected, _ = _compute_local_shape_and_global_offset(shape, mesh.shape, [0] * ndim, placements)
+        assert_value(tuple(local.shape), tuple(expected), f"rank 0's local shape of {shape} as {placements}")
+        assert_value(local.device.type, ctx.device_type, "the local shard's device type")
+
+
+#: (source placements, destination placements, the one collective the redistribute issues).
+_REDISTRIBUTIONS = (
+    ((Shard(0), Replicate(), Replicate()), (Replicate(), Replicate(), Replicate()), "all_gather_into_tensor"),
+    ((Shard(0), Replicate(), Replicate()), (Shard(1), Replicate(), Replicate()), "shard_dim_alltoall"),
+    ((Partial(), Replicate(), Replicate()), (Replicate(), Replicate(), Replicate()), "all_reduce"),
+    ((Partial(), Replicate(), Replicate()), (Shard(0), Replicate(), Replicate()), "reduce_scatter_tensor"),
+    ((Replicate(), Replicate(), Shard(1)), (Replicate(), Replicate(), Replicate()), "all_gather_into_tensor"),
+)
+
+
+@check
+def redistribute_plans(ctx):
+    """DTensor.redistribute on a 3-D mesh issues exactly one collective of the expected kind
+    per changed dimension (all_gather, all_to_all, all_reduce, reduce_scatter), counted by
+    CommDebugMode, and the result has the destination placements and local shape; Shard on
+    two dimensions to Replicate gathers twice (torch.distributed.tensor._redistribute,
+    torch.distributed.tensor.debug.CommDebugMode)."""
+    mesh = _mesh(ctx, 3)
+    shape = (4 * ctx.world_size, 2 * ctx.world_size)
+    for src, dst, op in _REDISTRIBUTIONS:
+        local_shape, _ = _compute_local_shape_and_global_offset(shape, mesh.shape, [0] * 3, src)
+        source = DTensor.from_local(torch.zeros(local_shape, device=ctx.device), mesh, src,
+                                    shape=torch.Size(shape), stride=(shape[1], 1))
+        with CommDebugMode() as comm:
+            out = source.redistribute(mesh, dst)
+        counts = {str(k).rsplit(".", 1)[-1]: v for k, v in comm.get_comm_counts().items()}
+        assert_value(counts, {op: 1}, f"collectives of {src} -> {dst}")
+        assert_value(tuple(out.placements), dst, f"placements after {src} -> {dst}")
+        expected, _ = _compute_local_shape_and_global_offset(shape, mesh.shape, [0] * 3, dst)
+        assert_value(tuple(out.to_local().shape), tuple(expected), f"local shape after {src} -> {dst}")
+    both = distribute_tensor(torch.zeros(shape, device=ctx.device), mesh,
+                             [Shard(0), Shard(1), Replicate()])
+    with CommDebugMode() as comm:
+        both.redistribute(mesh, [Replicate()] * 3)
+    assert_value(comm.get_total_counts(), 2, "collectives of [Shard(0), Shard(1), R] -> replicate")
+
+
+def _meta_transformer() -> Transformer:
+    with torch.device("meta"):
+        return Transformer()
+
+
+@check
+def tp_plan_layout(ctx):
+    """parallelize_module with the transformer's tensor-parallel plan on the "tp" dimension
+    of a (dp, tp=4) mesh, on meta parameters: Colwise weights are Shard(0), Rowwise ones
+    Shard(1) (the embedding Shard(0)), each a quarter of the full weight, norms stay plain
+    parameters; no process group is created (torch.distributed.tensor.parallel.
+    parallelize_module)."""
+    tp = 4
+    mesh = init_device_mesh(ctx.device_type, (ctx.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+    model = _meta_transformer()
+    full = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    before = _group_count()
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    parallelize_module(model, mesh["tp"], tp_plan(model))
+    assert_value(_group_count() - before, 0, "process groups created by parallelize_module")
+    rowwise = ("attention.wo", "feed_forward.w2")
+    for name, param in model.named_parameters():
+        if "norm" in name:
+            assert not isinstance(param, DTensor), f"{name} became a DTensor; norms stay replicated"
+            continue
+        assert isinstance(param, DTensor), f"{name} is not a DTensor after parallelize_module"
+        dim = 1 if name.split(".weight")[0].endswith(rowwise) else 0
+        assert_value(tuple(param.placements), (Shard(dim),), f"{name}.placements")
+        local = list(full[name])
+        local[dim] //= tp
+        assert_value(tuple(param.to_local().shape), tuple(local), f"{name} local shape")
+        assert_value(param.device_mesh.get_group(), mesh.get_group("tp"), f"{name}'s group")
+
+
+@check
+def fsdp2_meta_sharding(ctx):
+    """FSDP2 fully_shard per block and at the root on a (replicate, shard) mesh of meta
+    parameters (HSDP): every parameter becomes a DTensor (Replicate(), Shard(0)) on that mesh
+    whose rank-0 shard has ceil(dim0 / shard) rows, still on meta (torch.distributed.fsdp.
+    fully_shard)."""
+    from torch.distributed.fsdp import fully_shard
+
+    rep = 2
+    mesh = init_device_mesh(ctx.device_type, (rep, ctx.world_size // rep), mesh_dim_names=("rep", "shard"))
+    model = _meta_transformer()
+    full = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    for block in model.layers:
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+    shard = mesh.size(1)
+    for name, param in model.named_parameters():
+        assert isinstance(param, DTensor), f"{name} is not a DTensor after fully_shard"
+        assert_value(tuple(param.placements), (Replicate(), Shard(0)), f"{name}.placements")
+        assert_value(tuple(param.shape), full[name], f"{name} global shape")
+        local = (math.ceil(full[name][0] / shard), *full[name][1:])
+        assert_value(tuple(param.to_local().shape), local, f"{name} rank-0 shard shape")
+        assert_value(param.device.type, "meta", f"{name} device")
+
+
+@check
+def rng_offsets_partition(ctx):
+    """The RNG tracker's Philox offsets for every rank's coordinate of 3-D and 4-D meshes
+    (even and uneven shards): ranks holding the same shard start at the same offset,
+    different shards draw disjoint counter ranges, together as many counters as the tensor
+    has elements, all below the offset every rank moves to afterwards; rank 0's matches
+    OffsetBasedRNGTracker on the device, and a random op on the DTensor advances rank 0's
+    device generator by that amount (torch.distributed.tensor._random, PR 103235)."""
+    _assert_rng_partition(ctx, (
+        (3, (64, ctx.world_size), (Shard(0), Replicate(), Shard(1))),
+        (4, (8 * ctx.world_size, 12), (Replicate(), Shard(1), Replicate(), Shard(0))),
+        (4, (2 * ctx.world_size + 8, 8), (Replicate(), Shard(0), Replicate(), Replicate())),
+    ))
+
+
+@check
+def rng_offsets_double_shard(ctx):
+    """As rng_offsets_partition, for a tensor dimension sharded on two mesh dimensions
+    ([Shard(0), Shard(0), Replicate(), Shard(1)], FSDP over TP on the same dimension): the
+    shards' counter ranges must stay below the offset every rank moves to afterwards, or the
+    next random op draws the same counters (torch.distributed.tensor._random,
+    ``_calc_first_shard_size``)."""
+    _assert_rng_partition(ctx, (
+        (4, (8 * ctx.world_size, 12), (Shard(0), Shard(0), Replicate(), Shard(1))),
+    ))
+
+
+def _assert_rng_partition(ctx, cases) -> None:
+    """Every case (mesh dimensions, global shape, placements) as rng_offsets_partition says."""
+    handle = getattr(torch, ctx.device_type, None)
+    if handle is None or not hasattr(handle, "set_rng_state"):
+        ctx.skip(f"torch.{ctx.device_type} has no set_rng_state: DTensor's RNG tracker does not "
+                 "support the device (torch.distributed.tensor._random.is_rng_supported_mesh)")
+    for ndim, shape, placements in cases:
+        mesh = _mesh(ctx, ndim)
+        dtensor = distribute_tensor(torch.zeros(shape, device=ctx.device), mesh, list(placements))
+        spec = dtensor._spec
+        tracker = OffsetBasedRNGTracker(mesh)
+        first = math.prod(_calc_first_shard_size(spec))
+        end = tracker._compute_rng_offsets(spec)[1]
+        starts: dict[int, tuple[int, int]] = {}  # shard index -> (start offset, numel)
+        for coord in _coordinates(mesh.shape):
+            index, count = _calc_shard_info(list(coord), spec)
+            linear = tracker._calc_shard_linear_idx(index, count)
+            start = (linear * first + 3) // 4 * 4
+            local, _ = _compute_local_shape_and_global_offset(shape, mesh.shape, list(coord), placements)
+            seen = starts.setdefault(linear, (start, math.prod(local)))
+            assert seen == (start, math.prod(local)), (
+                f"{placements}: coordinate {coord} holds shard {linear} at offset {start}, "
+                f"another replica at {seen[0]}")
+            if coord == (0,) * ndim:
+                assert_value(tracker._compute_rng_offsets(spec)[0], start,
+                             "rank 0's start offset from OffsetBasedRNGTracker")
+        ranges = sorted(starts.values())
+        for (a, n), (b, _) in zip(ranges, ranges[1:]):
+            assert a + n <= b, f"{placements} on {mesh.shape}: counters [{a}, {a + n}) overlap the shard at {b}"
+        assert_value(sum(n for _, n in ranges), math.prod(shape), f"{placements}: counters drawn in all")
+        last = ranges[-1]
+        assert last[0] + last[1] <= end, (
+            f"{placements}: the last shard draws up to {last[0] + last[1]}, past the offset "
+            f"{end} every rank moves to afterwards")
+        before = int(_PhiloxState(handle.get_rng_state()).offset)
+        dtensor.uniform_()
+        after = int(_PhiloxState(handle.get_rng_state()).offset)
+        assert_value(after - before, end, f"{placements}: device generator offset advance")
