@@ -19,7 +19,7 @@ from accelkit.conformance.api import CHECKS
 from accelkit.conformance.checks import load_all
 
 AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint",
-         "compile", "training", "streams")
+         "compile", "training", "streams", "scale")
 PACKAGE = "accelkit.conformance.checks"
 
 #: Each behaviour the design PRs describe -> the checks that exercise it.
@@ -187,6 +187,10 @@ def test_requirements_are_consistent(catalogue):
             assert "rng-tracker" in c.requires, f"{cid} must require rng-tracker (SKIP on cpu)"
         if "offset-exact" in c.requires:
             assert "rng-tracker" in c.requires, f"{cid}: offset-exact implies rng-tracker"
+        if c.simulated:
+            assert c.area == "scale", f"{cid}: simulated checks live in the scale area"
+            assert c.world_sizes == (16, 64, 256, 1024), f"{cid}: simulated sizes {c.world_sizes}"
+            continue
         assert c.world_size in (4, 8), f"{cid}: world_size {c.world_size}"
         if c.world_size == 8:
             assert cid == "devicemesh.mesh_3d", f"{cid} needs 8 ranks; only the 3-D mesh should"
@@ -196,10 +200,11 @@ def test_requirements_are_consistent(catalogue):
 def test_most_checks_also_run_on_2_and_8_ranks(catalogue):
     """A 2-device machine and an 8-rank launch get a report: the catalogue is written against
     ctx.world_size; the few checks tied to 4 ranks' shapes are the named exceptions."""
+    real = {cid for cid, c in catalogue.items() if not c.simulated}
     at2 = {cid for cid, c in catalogue.items() if 2 in c.world_sizes}
     at8 = {cid for cid, c in catalogue.items() if 8 in c.world_sizes}
-    assert set(catalogue) - at2 == {"collectives.subgroup_half", "devicemesh.mesh_3d"}
-    assert set(catalogue) - at8 == {"dtensor.embedding", "dtensor.matmul",
+    assert real - at2 == {"collectives.subgroup_half", "devicemesh.mesh_3d"}
+    assert real - at8 == {"dtensor.embedding", "dtensor.matmul",
                                     "checkpoint.reshard_shard1", "tp.transformer_block"}
 
 

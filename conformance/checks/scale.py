@@ -181,10 +181,12 @@ def dtensor_shard_layouts(ctx):
         assert_value(local.device.type, ctx.device_type, "the local shard's device type")
 
 
-#: (source placements, destination placements, the one collective the redistribute issues).
+#: (source placements, destination placements, the one collective the redistribute issues;
+#: ALLTOALL: an all_to_all, which torch replaces by an all_gather on cpu meshes).
+ALLTOALL = "shard_dim_alltoall"
 _REDISTRIBUTIONS = (
     ((Shard(0), Replicate(), Replicate()), (Replicate(), Replicate(), Replicate()), "all_gather_into_tensor"),
-    ((Shard(0), Replicate(), Replicate()), (Shard(1), Replicate(), Replicate()), "shard_dim_alltoall"),
+    ((Shard(0), Replicate(), Replicate()), (Shard(1), Replicate(), Replicate()), ALLTOALL),
     ((Partial(), Replicate(), Replicate()), (Replicate(), Replicate(), Replicate()), "all_reduce"),
     ((Partial(), Replicate(), Replicate()), (Shard(0), Replicate(), Replicate()), "reduce_scatter_tensor"),
     ((Replicate(), Replicate(), Shard(1)), (Replicate(), Replicate(), Replicate()), "all_gather_into_tensor"),
@@ -197,10 +199,13 @@ def redistribute_plans(ctx):
     per changed dimension (all_gather, all_to_all, all_reduce, reduce_scatter), counted by
     CommDebugMode, and the result has the destination placements and local shape; Shard on
     two dimensions to Replicate gathers twice (torch.distributed.tensor._redistribute,
-    torch.distributed.tensor.debug.CommDebugMode)."""
+    torch.distributed.tensor.debug.CommDebugMode; a cpu mesh gathers instead of all_to_all:
+    torch.distributed.tensor._collective_utils.shard_dim_alltoall)."""
     mesh = _mesh(ctx, 3)
     shape = (4 * ctx.world_size, 2 * ctx.world_size)
     for src, dst, op in _REDISTRIBUTIONS:
+        if op == ALLTOALL and ctx.device_type == "cpu":
+            op = "all_gather_into_tensor"
         local_shape, _ = _compute_local_shape_and_global_offset(shape, mesh.shape, [0] * 3, src)
         source = DTensor.from_local(torch.zeros(local_shape, device=ctx.device), mesh, src,
                                     shape=torch.Size(shape), stride=(shape[1], 1))
@@ -278,7 +283,7 @@ def fsdp2_meta_sharding(ctx):
         assert_value(param.device.type, "meta", f"{name} device")
 
 
-@check
+@check(requires=("rng-tracker",))
 def rng_offsets_partition(ctx):
     """The RNG tracker's Philox offsets for every rank's coordinate of 3-D and 4-D meshes
     (even and uneven shards): ranks holding the same shard start at the same offset,
@@ -293,7 +298,7 @@ def rng_offsets_partition(ctx):
     ))
 
 
-@check
+@check(requires=("rng-tracker",))
 def rng_offsets_double_shard(ctx):
     """As rng_offsets_partition, for a tensor dimension sharded on two mesh dimensions
     ([Shard(0), Shard(0), Replicate(), Shard(1)], FSDP over TP on the same dimension): the
@@ -307,10 +312,7 @@ def rng_offsets_double_shard(ctx):
 
 def _assert_rng_partition(ctx, cases) -> None:
     """Every case (mesh dimensions, global shape, placements) as rng_offsets_partition says."""
-    handle = getattr(torch, ctx.device_type, None)
-    if handle is None or not hasattr(handle, "set_rng_state"):
-        ctx.skip(f"torch.{ctx.device_type} has no set_rng_state: DTensor's RNG tracker does not "
-                 "support the device (torch.distributed.tensor._random.is_rng_supported_mesh)")
+    handle = getattr(torch, ctx.device_type)
     for ndim, shape, placements in cases:
         mesh = _mesh(ctx, ndim)
         dtensor = distribute_tensor(torch.zeros(shape, device=ctx.device), mesh, list(placements))
