@@ -82,13 +82,13 @@ def make_plan(checks: Sequence[CheckDef], expectations: Mapping[str, Expectation
     left_out = []
     for check in checks:
         if world_sizes:
-            sizes = [n for n in sorted(set(world_sizes)) if n in check.world_sizes]
+            sizes = [n for n in sorted(set(world_sizes)) if check.runs_at(n)]
             if not sizes:
                 left_out.append(LeftOut(check.id, check.world_sizes))
             runs += [check.at(n) for n in sizes]
         elif check.simulated:
             runs += [check.at(n) for n in sorted(check.world_sizes)]
-        elif host.launch is not None and host.launch in check.world_sizes:
+        elif host.launch is not None and check.runs_at(host.launch):
             runs.append(check.at(host.launch))
         else:
             runs.append(check)

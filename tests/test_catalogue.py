@@ -208,6 +208,16 @@ def test_most_checks_also_run_on_2_and_8_ranks(catalogue):
                                     "checkpoint.reshard_shard1", "tp.transformer_block"}
 
 
+def test_checks_for_any_world_size_are_not_tied_to_some_sizes(catalogue):
+    """A check written for any world size runs at 2 and 8 too; the ones tied to shapes of 4
+    ranks (the named exceptions above) are not for any size, nor are simulated ones."""
+    anywhere = {cid for cid, c in catalogue.items() if c.any_world_size}
+    assert len(anywhere) >= 40
+    for cid in anywhere:
+        c = catalogue[cid]
+        assert not c.simulated and {2, 4, 8} <= set(c.world_sizes), f"{cid}: {c.world_sizes}"
+
+
 def test_cpu_backend_runs_every_check_it_can(catalogue):
     from accelkit.core import registry
 

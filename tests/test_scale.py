@@ -46,6 +46,19 @@ def test_world_size_picks_simulated_sizes_and_a_launch_skips_them():
     assert "not in a torchrun launch" in launch.steps[0].decided[1]
 
 
+def test_an_any_size_check_runs_at_any_requested_size_and_launch():
+    anywhere = CheckDef(id="a.any", fn=lambda ctx: None, doc="d", also_at=(2, 8),
+                        any_world_size=True)
+    fixed = _real("a.fixed")
+    plan = make_plan([anywhere, fixed], {}, Host(backend="b", launch=3, problems={3: None}))
+    assert [(s.key, s.decided and s.decided[0]) for s in plan.steps] == [
+        ("a.any@3", None), ("a.fixed@4", Outcome.SKIP)]
+    assert plan.steps[0].check.world_sizes == (3, 4, 2, 8)
+    picked = make_plan([anywhere, fixed], {}, Host(backend="b"), [6, 16])
+    assert [s.key for s in picked.steps] == ["a.any@6", "a.any@16"]
+    assert not anywhere.runs_at(1) and not fixed.runs_at(3)
+
+
 def _report(*results, **extra):
     return RunReport(spec=registry.get("cpu"), options=Options(), results=list(results), **extra)
 
