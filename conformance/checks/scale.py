@@ -4,9 +4,12 @@ the device under test (:mod:`accelkit.conformance.simulate`): DeviceMesh 1-D to 
 per-dimension groups, slicing, flattening and how many process groups each creates; DTensor
 shard layouts and the collectives a redistribute plans; ``parallelize_module`` and FSDP2
 ``fully_shard`` plans on meta parameters; the RNG tracker's Philox offsets for every rank's
-coordinate. Each check runs as rank 0 of the world (the fake group moves no data, so values
-are not checked here, only layouts, plans and counts); the report keeps these results apart
-from the real ones and records each size's time and peak memory.
+coordinate. Each of these runs as rank 0 of the world (the fake group moves no data, so they
+check layouts, plans and counts). The ``local_*`` checks (16 and 64 ranks) check the numbers:
+under ``LocalTensorMode`` (torch.distributed._local_tensor) every simulated rank's values are
+computed in the one process, and DTensor, TP and FSDP2 results must equal the single-device
+ones. The report keeps these results apart from the real ones and records each size's time
+and peak memory.
 
 Sources: torch.testing._internal.distributed.fake_pg (``FakeProcessGroup``),
 torch.distributed.device_mesh (PR 102336: sub-groups per mesh dimension), torch's
@@ -17,6 +20,7 @@ torch.distributed.tensor.parallel.parallelize_module, torch.distributed.fsdp.ful
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 
@@ -24,7 +28,7 @@ import torch
 import torch.distributed as dist
 from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._transformer import Transformer, tp_plan
-from accelkit.conformance.checks._util import assert_value
+from accelkit.conformance.checks._util import assert_close, assert_value, host_tensor
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.distributed_c10d import _world
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
@@ -345,3 +349,142 @@ def _assert_rng_partition(ctx, cases) -> None:
         dtensor.uniform_()
         after = int(_PhiloxState(handle.get_rng_state()).offset)
         assert_value(after - before, end, f"{placements}: device generator offset advance")
+
+
+# -- every rank's numbers in one process: LocalTensorMode ---------------------------------------
+# torch.distributed._local_tensor.LocalTensorMode runs each op once per simulated rank (a
+# LocalTensor holds every rank's value) and collectives as the exchange between them, so sharded
+# results can be compared with the single-device ones at 16 and 64 ranks.
+
+
+def _every_rank(value, reference: torch.Tensor, what: str) -> None:
+    """``value`` (a LocalTensor: one tensor per simulated rank) equals ``reference`` on every
+    rank, within the tolerance of a different reduction order."""
+    from torch.distributed._local_tensor import LocalTensor
+
+    assert isinstance(value, LocalTensor), f"{what}: {type(value).__name__}, expected a LocalTensor"
+    for rank, local in sorted(value._local_tensors.items()):
+        assert_close(local, reference, f"{what} on simulated rank {rank}")
+
+
+def _local_mesh(ctx, shape: tuple[int, ...]):
+    return init_device_mesh(ctx.device_type, shape)
+
+
+def _inputs(ctx, *shapes):
+    return [host_tensor(shape, seed).to(ctx.device) for seed, shape in enumerate(shapes)]
+
+
+@check(also_at=(64,))
+def local_dtensor_numerics(ctx):
+    """Under LocalTensorMode on a (world/4, 4) mesh of the device: a sharded matmul, an
+    elementwise op, a sum (Partial) and redistributes Shard(0) -> Shard(1) -> Replicate give
+    every simulated rank the single-device result (torch.distributed._local_tensor.
+    LocalTensorMode, DTensor.redistribute)."""
+    from torch.distributed._local_tensor import LocalTensorMode
+
+    a, b = _inputs(ctx, (ctx.world_size * 2, 16), (16, 8))
+    with LocalTensorMode(ctx.world_size):
+        mesh = _local_mesh(ctx, (ctx.world_size // 4, 4))
+        da = distribute_tensor(a, mesh, [Shard(0), Replicate()])
+        db = distribute_tensor(b, mesh, [Replicate(), Shard(1)])
+        product = (da @ db).relu() * 2
+        total = da.sum()
+        moved = da.redistribute(mesh, [Shard(1), Replicate()]).redistribute(mesh, [Replicate()] * 2)
+        results = {"relu(a @ b) * 2": product.full_tensor(), "a.sum()": total.full_tensor(),
+                   "a through Shard(1) to Replicate": moved.to_local()}
+    expected = {"relu(a @ b) * 2": (a @ b).relu() * 2, "a.sum()": a.sum(),
+                "a through Shard(1) to Replicate": a}
+    for what, value in results.items():
+        _every_rank(value, expected[what], what)
+
+
+@check(also_at=(64,))
+def local_tp_mlp_numerics(ctx):
+    """Under LocalTensorMode: an MLP with Colwise/Rowwise parallel layers on the "tp" dim (4)
+    of a (dp, tp) mesh gives every simulated rank the single-device output and weight
+    gradients (torch.distributed.tensor.parallel.parallelize_module)."""
+    from torch import nn
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to(ctx.device)
+    model = copy.deepcopy(reference)
+    (x,) = _inputs(ctx, (4, 16))
+    reference(x).sum().backward()
+    with LocalTensorMode(ctx.world_size):
+        mesh = init_device_mesh(ctx.device_type, (ctx.world_size // 4, 4), mesh_dim_names=("dp", "tp"))
+        parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        out = model(x).clone()  # clone: waits for RowwiseParallel's all_reduce
+        out.sum().backward()
+        grads = {name: p.grad.full_tensor() for name, p in model.named_parameters()}
+    _every_rank(out, reference(x), "TP MLP output")
+    for name, p in reference.named_parameters():
+        _every_rank(grads[name], p.grad, f"TP MLP {name}.grad")
+
+
+#: torch 2.13: FSDP2 frees its unsharded parameters with ``storage.resize_(0)``
+#: (torch.distributed.fsdp._fully_shard._fsdp_param.free_storage), which a LocalTensor's storage
+#: refuses, on any device.
+_FSDP2_BLOCKED = "Attempted to call resize_() on an invalid python storage"
+
+
+@check(also_at=(64,))
+def local_fsdp2_numerics(ctx):
+    """Under LocalTensorMode: fully_shard over every simulated rank gives the single-device
+    gradients (full_tensor of each sharded gradient) on every rank; SKIP where the installed
+    torch's FSDP2 cannot free a LocalTensor's storage (torch.distributed.fsdp.fully_shard,
+    _fsdp_param.free_storage)."""
+    from torch import nn
+    from torch.distributed._local_tensor import LocalTensorMode
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    reference = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to(ctx.device)
+    model = copy.deepcopy(reference)
+    (x,) = _inputs(ctx, (4, 16))
+    reference(x).sum().backward()
+    try:
+        with LocalTensorMode(ctx.world_size):
+            mesh = _local_mesh(ctx, (ctx.world_size,))
+            fully_shard(model, mesh=mesh)
+            model(x).sum().backward()
+            grads = {name: p.grad.full_tensor() for name, p in model.named_parameters()}
+    except RuntimeError as exc:
+        if _FSDP2_BLOCKED not in str(exc):
+            raise
+        ctx.skip(f"unsupported by torch {torch.__version__}: FSDP2 under LocalTensorMode frees "
+                 "unsharded parameters with storage.resize_(0) "
+                 "(torch.distributed.fsdp._fully_shard._fsdp_param.free_storage), which a "
+                 f"LocalTensor's storage refuses on every device ({exc})")
+    for name, p in reference.named_parameters():
+        _every_rank(grads[name], p.grad, f"FSDP2 {name}.grad")
+
+
+@check(also_at=(64,), requires=("rng-tracker",))
+def local_random_numerics(ctx):
+    """Under LocalTensorMode: a random op on a DTensor sharded on dim 0 of a (world/4, 4) mesh
+    gives every simulated rank the same full tensor, whose shards all differ; SKIP where the
+    installed torch's LocalTensor RNG tracker reaches for torch.cuda
+    (torch.distributed._local_tensor._LocalOffsetBasedRNGTracker._device)."""
+    from torch.distributed._local_tensor import LocalTensorMode
+
+    try:
+        with LocalTensorMode(ctx.world_size):
+            mesh = _local_mesh(ctx, (ctx.world_size // 4, 4))
+            dtensor = distribute_tensor(torch.zeros(ctx.world_size, 8, device=ctx.device), mesh,
+                                        [Shard(0), Replicate()])
+            dtensor.uniform_()
+            full = dtensor.full_tensor()
+    except AssertionError as exc:
+        if "CUDA" not in str(exc):
+            raise
+        ctx.skip(f"unsupported by torch {torch.__version__}: LocalTensor's RNG tracker "
+                 "(torch.distributed._local_tensor._LocalOffsetBasedRNGTracker._device) calls "
+                 f"torch.cuda.current_device() whatever the device ({exc})")
+    values = list(full._local_tensors.values())
+    for rank, value in enumerate(values[1:], 1):
+        assert torch.equal(value.cpu(), values[0].cpu()), f"simulated rank {rank}'s full tensor differs"
+    rows = values[0].cpu().reshape(mesh.size(0), -1)
+    assert len({tuple(r.tolist()) for r in rows}) == mesh.size(0), "two shards drew the same numbers"
