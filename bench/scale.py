@@ -1,14 +1,16 @@
 """Benchmark of the conformance suite's world sizes, on the mock:
 
-1. the simulated tier: ``accelkit conformance --area scale --world-size N`` for N = 16, 64,
-   256, 1,024 (one worker on torch's fake process group), and the whole ``scale`` area (every
-   size in one run: target <= 10 min and <= 4 GiB peak RSS on the 2-core machine);
-2. real processes: the checks written for any world size (``any_world_size``) of the
-   devicemesh and dtensor areas at ``--world-size`` N = 2, 4, 8, 16 (N rank processes, mockccl).
+1. the simulated tier: the whole ``scale`` area in one ``accelkit conformance`` run (16, 64,
+   256 and 1,024 ranks, one worker per size on torch's fake process group; target <= 10 min
+   and <= 4 GiB peak RSS on the 2-core machine), split per size from its report (the checks'
+   time, the worker's start-up, the worker's peak RSS);
+2. real processes: the checks of the devicemesh area written for any world size
+   (``any_world_size``) at ``--world-size`` N = 2, 4, 8, 16 (N rank processes, mockccl), one
+   run per size.
 
-Each run is one ``accelkit conformance`` process; its wall time, the peak RSS of its largest
-process (``wait4``'s ``ru_maxrss``: the engine or one rank) and the sum of the ranks' peaks
-(from the report's per-rank ``peak_host_mb``) are recorded. Writes ``bench/results/scale.json``
+For each run: its wall time, the peak RSS of its largest process (``wait4``'s ``ru_maxrss``:
+the engine or one rank) and the sum of the ranks' peaks (from the report's per-rank
+``peak_host_mb``). Writes ``bench/results/scale.json``
 (with the commit, torch version and load average) and ``scale.png``, and regenerates the
 "World sizes" section of bench/README.md.
 
@@ -31,7 +33,7 @@ RESULTS = HERE / "results"
 README = HERE / "README.md"
 BEGIN, END = "<!-- scale.py: begin -->", "<!-- scale.py: end -->"
 #: The real tier's checks: the areas whose checks are written for any world size.
-REAL_AREAS = ("devicemesh", "dtensor")
+REAL_AREAS = ("devicemesh",)
 #: Targets for the whole scale area (every simulated size in one run).
 TARGET_S, TARGET_MIB = 600.0, 4096.0
 
@@ -60,7 +62,23 @@ def _conformance(args: list[str], env: dict[str, str] | None = None) -> dict:
     return {"args": args, "exit": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
             "check_s": round(check_s, 2), "peak_process_mib": round(usage.ru_maxrss / 1024, 1),
             "peak_ranks_sum_mib": round(ranks_peak, 1), "summary": report["summary"],
-            "pool_start_s": round(sum(s["seconds"] for s in report["pool_starts"]), 1)}
+            "pool_start_s": round(sum(s["seconds"] for s in report["pool_starts"]), 1),
+            "report": report}
+
+
+def _per_size(report: dict, n: int) -> dict:
+    """The simulated size ``n`` of a whole-area report: its checks' time and outcomes, its
+    worker's start-up and peak RSS."""
+    checks = [c for c in report["checks"] if c["world_size"] == n]
+    start = sum(s["seconds"] for s in report["pool_starts"] if s["world_size"] == n)
+    check_s = sum(c["duration_s"] for c in checks)
+    peak = max((c["peak_host_mb"] or 0 for c in checks), default=0.0)
+    summary = {}
+    for c in checks:
+        summary[c["outcome"]] = summary.get(c["outcome"], 0) + 1
+    return {"world_size": n, "wall_s": round(check_s + start, 1), "check_s": round(check_s, 2),
+            "pool_start_s": round(start, 1), "peak_process_mib": round(peak, 1),
+            "peak_ranks_sum_mib": round(peak, 1), "summary": summary}
 
 
 def _environment() -> dict:
@@ -72,22 +90,26 @@ def _environment() -> dict:
             "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
 
 
-def measure(simulated: list[int], real: list[int]) -> dict:
+def measure(simulated: list[int], real: list[int], save) -> dict:
+    """Measure both tiers; ``save(data)`` after each run, so a run stopped early keeps the
+    sizes measured so far."""
     data = {"environment": _environment(), "simulated": [], "real": []}
-    for n in simulated:
-        row = _conformance(["--area", "scale", "--world-size", str(n)])
-        data["simulated"].append({"world_size": n, **row})
-        print(f"simulated {n:5d}: {row['wall_s']:6.1f} s, peak {row['peak_process_mib']:.0f} MiB", flush=True)
-    whole = _conformance(["--area", "scale"])
+    whole = _conformance(["--area", "scale", *(a for n in simulated for a in ("--world-size", str(n)))])
+    report = whole.pop("report")
     data["whole_area"] = whole
     print(f"whole scale area: {whole['wall_s']:.1f} s, peak {whole['peak_process_mib']:.0f} MiB", flush=True)
+    data["simulated"] = [_per_size(report, n) for n in simulated]
+    data["environment"]["load_after"] = os.getloadavg()
+    save(data)
     for n in real:
         args = [a for area in REAL_AREAS for a in ("--area", area)] + ["--world-size", str(n)]
         row = _conformance(args, env={"ACCELKIT_MOCK_DEVICES": str(max(n, 8))})
+        row.pop("report")
         data["real"].append({"world_size": n, **row})
         print(f"real {n:5d}: {row['wall_s']:6.1f} s, ranks' peak {row['peak_ranks_sum_mib']:.0f} MiB",
               flush=True)
-    data["environment"]["load_after"] = os.getloadavg()
+        data["environment"]["load_after"] = os.getloadavg()
+        save(data)
     return data
 
 
@@ -103,7 +125,7 @@ def plot(data: dict, path: Path) -> None:
         if not rows:
             continue
         sizes = [r["world_size"] for r in rows]
-        axes[0].plot(sizes, [r["wall_s"] for r in rows], style, label=f"{tier}: whole run")
+        axes[0].plot(sizes, [r["wall_s"] for r in rows], style, label=f"{tier}: checks + start-up")
         axes[0].plot(sizes, [r["check_s"] for r in rows], style, alpha=0.5, label=f"{tier}: checks only")
         memory = "peak_process_mib" if tier == "simulated" else "peak_ranks_sum_mib"
         axes[1].plot(sizes, [r[memory] for r in rows], style,
@@ -128,7 +150,7 @@ def readme_section(data: dict) -> str:
              "`bench/results/scale.json` and `scale.png`). Measured "
              f"{env['date']}, commit {env['commit']}, torch {env['torch']}, {env['cpus']} CPUs, "
              f"load average {load(env['load_before'])} before and {load(env['load_after'])} after.",
-             "", "| tier | world size | whole run | checks | worker start-up | peak RSS (largest "
+             "", "| tier | world size | checks + start-up | checks | worker start-up | peak RSS (largest "
              "process) | peak RSS (sum over ranks) | result |",
              "|---|---:|---:|---:|---:|---:|---:|---|"]
     for tier in ("simulated", "real"):
@@ -167,14 +189,16 @@ def main(argv=None) -> int:
     parser.add_argument("--real", type=_sizes, default=[2, 4, 8, 16])
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
     args = parser.parse_args(argv)
-    data = measure(args.simulated, args.real)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "scale.json").write_text(json.dumps(data, indent=1) + "\n")
-    plot(data, RESULTS / "scale.png")
-    section = readme_section(data)
-    print(section)
-    if not args.no_readme:
-        write_readme(section)
+
+    def save(data: dict) -> None:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / "scale.json").write_text(json.dumps(data, indent=1) + "\n")
+        plot(data, RESULTS / "scale.png")
+        if not args.no_readme:
+            write_readme(readme_section(data))
+
+    data = measure(args.simulated, args.real, save)
+    print(readme_section(data))
     whole = data["whole_area"]
     return 0 if whole["wall_s"] <= TARGET_S and whole["peak_process_mib"] <= TARGET_MIB else 1
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from accelkit.core import torch_internals
+
 #: The backend name torch registers the fake process group under (``dist.Backend.FAKE``).
 FAKE = "fake"
 
@@ -40,7 +42,10 @@ def register_fake_backend(device_type: str) -> None:
 def fake_world(device_type: str, world_size: int, rank: int = 0) -> Iterator[None]:
     """The default process group is a fake one of ``world_size`` ranks (this process is
     ``rank``) for the block, on ``device_type`` and cpu; destroyed afterwards with every
-    group made from it. Refuses to replace a real default group."""
+    group made from it, and DTensor's sharding caches cleared (a cached sharding would hand
+    the next world's equal mesh these destroyed groups:
+    :func:`accelkit.core.torch_internals.clear_sharding_caches`). Refuses to replace a real
+    default group."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -55,3 +60,13 @@ def fake_world(device_type: str, world_size: int, rank: int = 0) -> Iterator[Non
         yield
     finally:
         dist.destroy_process_group()
+        torch_internals.clear_sharding_caches(_device(device_type))
+
+
+def _device(device_type: str):
+    """This process's current device of ``device_type`` (None for cpu)."""
+    import torch
+
+    if device_type == "cpu":
+        return None
+    return torch.device(device_type, getattr(torch, device_type).current_device())
