@@ -55,7 +55,7 @@ def _conformance(args: list[str], env: dict[str, str] | None = None) -> dict:
         try:
             report = json.loads((Path(out) / "report.json").read_text())
         except (OSError, ValueError):
-            raise SystemExit(f"{' '.join(cmd)} wrote no report (exit status {status}):\n{stderr}")
+            raise SystemExit(f"{' '.join(cmd)} wrote no report (exit status {status}):\n{stderr}") from None
     ranks_peak = max((sum(r["peak_host_mb"] or 0 for r in c["ranks"]) for c in report["checks"]),
                      default=0.0)
     check_s = sum(c["duration_s"] for c in report["checks"])

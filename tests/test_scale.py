@@ -14,7 +14,6 @@ from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
 from accelkit.conformance.plan import Host, make_plan
 from accelkit.core import registry
-
 from conftest import run_python
 
 SIZES = (16, 64, 256, 1024)

@@ -32,8 +32,12 @@ from accelkit.conformance.checks._util import assert_close, assert_value, host_t
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.distributed_c10d import _world
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-from torch.distributed.tensor._random import (OffsetBasedRNGTracker, _calc_first_shard_size,
-                                              _calc_shard_info, _PhiloxState)
+from torch.distributed.tensor._random import (
+    OffsetBasedRNGTracker,
+    _calc_first_shard_size,
+    _calc_shard_info,
+    _PhiloxState,
+)
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
 from torch.distributed.tensor.debug import CommDebugMode
 
@@ -69,7 +73,7 @@ def _row_major_group(shape: tuple[int, ...], dims: tuple[int, ...]) -> list[int]
     whose coordinates are 0 on every other dimension."""
     strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
     ranges = [range(shape[d]) for d in dims]
-    return sorted(sum(i * strides[d] for i, d in zip(idx, dims)) for idx in itertools.product(*ranges))
+    return sorted(sum(i * strides[d] for i, d in zip(idx, dims, strict=True)) for idx in itertools.product(*ranges))
 
 
 def _coordinates(shape: tuple[int, ...]):
@@ -153,11 +157,11 @@ def _tiles(shape: tuple[int, ...], mesh_shape_: tuple[int, ...], placements) -> 
                                                                placements)
         boxes.setdefault((tuple(local), tuple(offset)), []).append(coord)
     for (local, offset) in boxes:
-        cover[tuple(slice(o, o + n) for o, n in zip(offset, local))] += 1
+        cover[tuple(slice(o, o + n) for o, n in zip(offset, local, strict=True))] += 1
     counts = cover.unique().tolist()
     assert counts == [1], (f"{list(shape)} on {list(mesh_shape_)} as {placements}: shards cover "
                            f"elements {counts} times, expected exactly once")
-    replicas = math.prod(n for n, p in zip(mesh_shape_, placements) if not isinstance(p, Shard))
+    replicas = math.prod(n for n, p in zip(mesh_shape_, placements, strict=True) if not isinstance(p, Shard))
     sizes = sorted({len(coords) for (local, _), coords in boxes.items() if math.prod(local)})
     assert sizes == [replicas], (f"{list(shape)} on {list(mesh_shape_)} as {placements}: each "
                                  f"shard held by {sizes} coordinates, expected {replicas}")
@@ -338,7 +342,7 @@ def _assert_rng_partition(ctx, cases) -> None:
                 assert_value(tracker._compute_rng_offsets(spec)[0], start,
                              "rank 0's start offset from OffsetBasedRNGTracker")
         ranges = sorted(starts.values())
-        for (a, n), (b, _) in zip(ranges, ranges[1:]):
+        for (a, n), (b, _) in zip(ranges, ranges[1:], strict=False):
             assert a + n <= b, f"{placements} on {mesh.shape}: counters [{a}, {a + n}) overlap the shard at {b}"
         assert_value(sum(n for _, n in ranges), math.prod(shape), f"{placements}: counters drawn in all")
         last = ranges[-1]
@@ -406,7 +410,11 @@ def local_tp_mlp_numerics(ctx):
     gradients (torch.distributed.tensor.parallel.parallelize_module)."""
     from torch import nn
     from torch.distributed._local_tensor import LocalTensorMode
-    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
 
     torch.manual_seed(0)
     reference = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to(ctx.device)
