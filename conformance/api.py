@@ -58,6 +58,12 @@ class CheckDef:
     doc: str = ""
     #: Other world sizes the check is written and verified for (``--world-size N`` runs it there).
     also_at: tuple[int, ...] = ()
+    #: Runs in one process on torch's fake process group of ``world_size`` ranks (see
+    #: :mod:`accelkit.conformance.simulate`), not on ``world_size`` real processes.
+    simulated: bool = False
+    #: Written against ``ctx.world_size`` for any number of ranks from 2 up (verified at 3
+    #: besides its sizes): ``--world-size N`` and a launch of N ranks run it at any N.
+    any_world_size: bool = False
     #: The module's defaults it was declared under.
     defaults: Defaults | None = field(default=None, compare=False, repr=False)
     #: Contract items (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when a
@@ -69,10 +75,17 @@ class CheckDef:
         """Every world size the check runs at; the first is its default."""
         return (self.world_size, *self.also_at)
 
+    def runs_at(self, world_size: int) -> bool:
+        """Whether the check is written for ``world_size`` ranks (one of :attr:`world_sizes`,
+        or any from 2 up for an ``any_world_size`` check)."""
+        return world_size in self.world_sizes or (self.any_world_size and world_size >= 2)
+
     def at(self, world_size: int) -> CheckDef:
-        """This check to be run on ``world_size`` ranks (one of :attr:`world_sizes`, which it
-        keeps: the others become ``also_at``)."""
-        if world_size not in self.world_sizes:
+        """This check to be run on ``world_size`` ranks (one it :meth:`runs_at`); it keeps
+        the sizes it is written for: the others become ``also_at``."""
+        if world_size == self.world_size:
+            return self
+        if not self.runs_at(world_size):
             raise ValueError(f"check {self.id!r} is written for world sizes {list(self.world_sizes)}, "
                              f"not {world_size}")
         others = tuple(n for n in self.world_sizes if n != world_size)
@@ -106,13 +119,15 @@ DEFAULTS_NAME = "CHECK_DEFAULTS"
 class Defaults:
     """What the checks of one module share (the module-level ``CHECK_DEFAULTS``): ``area``
     (default: the module's name), ``world_size`` (default 4), ``also_at``, ``requires`` and
-    ``timeout`` as in :func:`check`, whose arguments replace them for one check."""
+    ``timeout``, ``simulated`` and ``any_world_size`` as in :func:`check`, whose arguments replace them for one check."""
 
     area: str | None = None
     world_size: int = 4
     also_at: tuple[int, ...] = ()
     requires: tuple[str, ...] = ()
     timeout: float | None = None
+    simulated: bool = False
+    any_world_size: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "also_at", tuple(self.also_at))
@@ -127,7 +142,8 @@ _MISSING: Any = object()
 
 def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tuple[int, ...] = _MISSING,
           requires: tuple[str, ...] | list[str] = _MISSING,
-          timeout: float | None = _MISSING, covers: tuple[str, ...] | list[str] = ()) -> Callable:
+          timeout: float | None = _MISSING, simulated: bool = _MISSING,
+          any_world_size: bool = _MISSING, covers: tuple[str, ...] | list[str] = ()) -> Callable:
     """Register ``fn`` as the check ``<area>.<fn name>``: ``@check`` or ``@check(...)``.
 
     ``world_size`` is the number of ranks it runs on by default (4). ``also_at`` lists other
@@ -135,10 +151,16 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
     at: ``--world-size N`` and a torchrun launch of N ranks run it there, so a machine with 2
     devices or a launch of 8 ranks still gets a report. ``requires`` names capabilities from
     :data:`accelkit.core.spec.REQUIREMENTS`; a backend lacking one gets SKIP with the reason.
-    ``timeout`` overrides the run's per-check budget. Each argument given replaces the
-    module's ``CHECK_DEFAULTS`` for this check. ``covers`` names the items of the device-handle
-    and c10d contract (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when
-    a backend ignores them; ``docs/coverage.md`` is the table they make.
+    ``timeout`` overrides the run's per-check budget. ``simulated=True`` runs it in one
+    process on torch's fake process group of each of its world sizes (all of them by
+    default), as rank 0 of that many (:mod:`accelkit.conformance.simulate`): reports show
+    those results apart from the real ones. ``any_world_size=True`` says it is written
+    against ``ctx.world_size`` for any number of ranks from 2 up (and verified at an odd
+    size): ``--world-size N`` and a torchrun launch of N ranks run it at every N. Each
+    argument given replaces the module's ``CHECK_DEFAULTS`` for this check. ``covers`` names
+    the items of the device-handle and c10d contract
+    (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when a backend ignores
+    them; ``docs/coverage.md`` is the table they make.
     """
     if isinstance(fn, str):
         raise TypeError(
@@ -146,7 +168,9 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
             "@check(world_size=..., ...)) in the module of its area, e.g. "
             "conformance/checks/<area>.py")
     given = {k: v for k, v in (("world_size", world_size), ("also_at", also_at),
-                               ("requires", requires), ("timeout", timeout)) if v is not _MISSING}
+                               ("requires", requires), ("timeout", timeout),
+                               ("simulated", simulated), ("any_world_size", any_world_size))
+             if v is not _MISSING}
 
     def decorate(fn: Callable) -> Callable:
         _register(fn, given, tuple(covers))
@@ -195,7 +219,9 @@ def _register(fn: Callable, given: dict[str, Any], covers: tuple[str, ...] = ())
                          f"and {where}")
     CHECKS[check_id] = CheckDef(id=check_id, fn=fn, world_size=world_size, requires=requires,
                                 timeout=settings["timeout"], doc=doc, also_at=also_at,
-                                defaults=defaults, covers=covers)
+                                simulated=bool(settings["simulated"]),
+                                any_world_size=bool(settings["any_world_size"]), defaults=defaults,
+                                covers=covers)
 
 
 def forget(module_name: str) -> None:

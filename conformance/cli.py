@@ -1,7 +1,7 @@
 """``accelkit conformance``: run the conformance suite on a backend.
 
 Exit codes: 0 when nothing FAILED, ERRORED, TIMED OUT or CRASHED (and, under ``--strict``,
-nothing XPASSED); 1 otherwise (also after Ctrl-C: the checks run so far are summarised and
+nothing XPASSED) and some check ran; 1 otherwise (also when every check was SKIPped, and after Ctrl-C: the checks run so far are summarised and
 reported); 2 for a usage error (unknown backend or area, malformed expectations, nothing
 selected) and when the checks cannot be imported (a check module, or the backend's own
 extension that torch loads at import; the reports are still written, with the exception);
@@ -33,7 +33,7 @@ expectations file (--expectations, or the backend's own), TOML:
   torch = ">=2.13,<2.15"        # optional: the torch versions it applies to
 
 exit status: 0 conformant (or unavailable without --require-available); 1 a check failed,
-errored, timed out or crashed (or XPASS under --strict); 2 usage error, or the checks could
+errored, timed out or crashed (or XPASS under --strict), or no check ran (all skipped); 2 usage error, or the checks could
 not be imported (reports still written); 3 unavailable with --require-available.
 """
 

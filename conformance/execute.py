@@ -135,9 +135,21 @@ def synchronize(handle) -> None:
 
 
 def run_on_rank(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankResult:
-    """Run ``check`` on this rank from a clean state and describe what happened. The reset, the
-    check and the device synchronization after it run under one ``try``: whatever raises is
-    this check's result (ERROR naming the step), never an exception that kills the rank."""
+    """Run ``check`` on this rank from a clean state and describe what happened. A simulated
+    check runs inside a fake default process group of ``ctx.world_size`` ranks
+    (:func:`accelkit.conformance.simulate.fake_world`), made and destroyed around it."""
+    if check.simulated:
+        from accelkit.conformance.simulate import fake_world
+
+        with fake_world(ctx.spec.device_type, ctx.world_size, ctx.rank):
+            return _run(check, ctx, group_count_before)
+    return _run(check, ctx, group_count_before)
+
+
+def _run(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankResult:
+    """The reset, the check and the device synchronization after it, under one ``try``:
+    whatever raises is this check's result (ERROR naming the step), never an exception that
+    kills the rank."""
     handle = device_handle(ctx.spec.device_type)
     result = RankResult(rank=ctx.rank, status="pass")
     start = time.perf_counter()

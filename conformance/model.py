@@ -87,7 +87,13 @@ class RunReport:
 
     @property
     def world_sizes(self) -> list[int]:
-        return sorted({r.world_size for r in self.results})
+        """The world sizes checks ran at on real processes."""
+        return sorted({r.world_size for r in self.results if not r.simulated})
+
+    @property
+    def simulated_world_sizes(self) -> list[int]:
+        """The world sizes checks ran at simulated in one process on a fake process group."""
+        return sorted({r.world_size for r in self.results if r.simulated})
 
     def counts(self, results: list[CheckResult] | None = None) -> dict[str, int]:
         chosen = self.results if results is None else results
@@ -108,6 +114,14 @@ class RunReport:
         bad = set(FAILING) | ({Outcome.XPASS} if self.options.strict else set())
         return [r for r in self.results if r.outcome in bad]
 
+    def nothing_ran(self) -> bool:
+        """Whether a run on an available backend finished without running any check (every
+        one SKIPped, or none planned): it does not pass, it says so."""
+        if self.unavailable is not None or self.error is not None or self.aborted is not None:
+            return False
+        return all(r.outcome in (Outcome.SKIP, Outcome.UNAVAILABLE) for r in self.results)
+
     def ok(self) -> bool:
-        """Whether the run passes (exit code 0)."""
-        return not self.failed() and self.aborted is None and self.error is None
+        """Whether the run passes (exit code 0): nothing failed, and some check ran."""
+        return (not self.failed() and self.aborted is None and self.error is None
+                and not self.nothing_ran())

@@ -73,6 +73,7 @@ class CheckResult:
     ranks: list[RankResult] = field(default_factory=list)
     expectation: dict | None = None   # the expectation applied, if any
     actual: Outcome | None = None     # the outcome before an expectation turned it into XFAIL/XPASS
+    simulated: bool = False           # ran in one process on a fake group of world_size ranks
 
     @property
     def area(self) -> str:

@@ -9,6 +9,10 @@ reason, in this order: UNAVAILABLE when the backend cannot run here at all; SKIP
 expectation with ``status = "skip"``; SKIP for a capability the backend does not declare; SKIP
 when this host cannot run that many ranks (with a hint when a smaller size the check is
 written for fits). Checks not written for any requested world size are *left out* and named.
+
+A simulated check (``simulated=True``) needs one process whatever its world size: the host is
+not probed for its sizes, it runs at every one of them unless ``--world-size`` picks some, and
+a torchrun launch (whose processes all hold a real process group) SKIPs it.
 """
 
 from __future__ import annotations
@@ -70,23 +74,26 @@ def make_plan(checks: Sequence[CheckDef], expectations: Mapping[str, Expectation
     """The plan for ``checks`` (already selected by area and pattern, in their order).
 
     ``world_sizes`` empty: each check at its own size (or, for a launch, at the launch's size
-    when it is written for it); otherwise each check at every one of those sizes it is
-    written for, the others left out. Steps are ordered by world size, then as given.
+    when it is written for it; a simulated check at all of its sizes); otherwise each check
+    at every one of those sizes it is written for, the others left out. Steps are ordered
+    real before simulated, then by world size, then as given.
     """
     runs: list[CheckDef] = []
     left_out = []
     for check in checks:
         if world_sizes:
-            sizes = [n for n in sorted(set(world_sizes)) if n in check.world_sizes]
+            sizes = [n for n in sorted(set(world_sizes)) if check.runs_at(n)]
             if not sizes:
                 left_out.append(LeftOut(check.id, check.world_sizes))
             runs += [check.at(n) for n in sizes]
-        elif host.launch is not None and host.launch in check.world_sizes:
+        elif check.simulated:
+            runs += [check.at(n) for n in sorted(check.world_sizes)]
+        elif host.launch is not None and check.runs_at(host.launch):
             runs.append(check.at(host.launch))
         else:
             runs.append(check)
     order = {c.id: i for i, c in enumerate(checks)}
-    runs.sort(key=lambda c: (c.world_size, order[c.id]))
+    runs.sort(key=lambda c: (c.simulated, c.world_size, order[c.id]))
     steps = []
     for check in runs:
         expectation = lookup(expectations, check.id, check.world_size)
@@ -103,6 +110,12 @@ def _decide(check: CheckDef, expectation: Expectation | None,
     missing = host.missing(check.requires)
     if missing:
         return Outcome.SKIP, missing
+    if check.simulated:
+        if host.launch is not None:
+            return Outcome.SKIP, ("simulated: runs in one process on a fake process group, "
+                                  "not in a torchrun launch (run `accelkit conformance --area "
+                                  f"{check.area}`)")
+        return None
     if host.launch is not None and check.world_size != host.launch:
         return Outcome.SKIP, (f"written for {check.world_size} ranks; this launch has "
                               f"{host.launch} (set torchrun's --nnodes x --nproc-per-node to "
@@ -132,7 +145,7 @@ def probe_host(spec: BackendSpec, checks: Sequence[CheckDef],
         return probes[n]
 
     ok, reason = probe(1)
-    sizes = {n for c in checks for n in c.world_sizes} | set(world_sizes)
+    sizes = {n for c in checks if not c.simulated for n in c.world_sizes} | set(world_sizes)
     problems = {}
     for n in sorted(sizes):
         most = spec.capabilities.max_world_size

@@ -71,9 +71,12 @@ class Pool:
 
     def __init__(self, backend: str, world_size: int, *, modules: list[str], builtin: bool,
                  start_timeout_s: float = 180.0, memory_limit_mb: int | None = None,
-                 pg_timeout_s: float = 1800.0) -> None:
+                 pg_timeout_s: float = 1800.0, simulate: int | None = None) -> None:
         self.backend = backend
         self.world_size = world_size
+        #: Simulated ranks: one worker without a process group that runs simulated checks on a
+        #: fake group of this many ranks (:mod:`accelkit.conformance.simulate`), or None.
+        self.simulate = simulate
         self.procs: list[subprocess.Popen] = []
         self.conns: list[Connection] = []
         self.logs: list[Path] = []
@@ -101,7 +104,7 @@ class Pool:
             parent_sock, child_sock = socket.socketpair()
             config = {"rank": rank, "world_size": self.world_size, "backend": self.backend,
                       "modules": modules, "builtin": builtin, "pg_timeout_s": pg_timeout_s,
-                      "memory_limit_mb": memory_limit_mb}
+                      "memory_limit_mb": memory_limit_mb, "simulate": self.simulate}
             env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                        RANK=str(rank), LOCAL_RANK=str(rank),
                        WORLD_SIZE=str(self.world_size), LOCAL_WORLD_SIZE=str(self.world_size),

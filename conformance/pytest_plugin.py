@@ -13,7 +13,8 @@ pytest's JUnit names it like ``accelkit conformance`` does (``classname``
 ``accelkit.conformance.<area>``, ``name`` ``<name>@N``). Expectations become pytest markers:
 ``xfail`` -> ``pytest.mark.xfail(strict=--accelkit-strict)``, ``skip`` -> ``pytest.mark.skip``.
 FAIL, ERROR, TIMEOUT and CRASH fail the item with the per-rank details; SKIP and UNAVAILABLE
-skip it with the reason. ``--accelkit-report-dir`` also writes accelkit's own reports.
+skip it with the reason. ``--accelkit-report-dir`` also writes accelkit's own reports. A
+session whose accelkit items all SKIPped fails (exit 1), as ``accelkit conformance`` does.
 """
 
 from __future__ import annotations
@@ -112,5 +113,12 @@ class _Conformance:
         from accelkit.conformance import reports
 
         self.runner.close()
-        if self.options.report_dir and self.runner.report.results:
-            reports.write(self.runner.report, self.options.report_dir)
+        report = self.runner.report
+        if report.results and report.nothing_ran() and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"accelkit: no check ran ({len(report.results)} run, all "
+                                    "skipped): the session fails", red=True)
+        if self.options.report_dir and report.results:
+            reports.write(report, self.options.report_dir)

@@ -39,32 +39,39 @@ class Runner:
         self.progress = progress
         self.report = report if report is not None else RunReport.start(spec, options)
         self._pool: Pool | None = None
-        self._start_errors: dict[int, str] = {}
+        self._start_errors: dict[tuple[int, bool], str] = {}  # (world size, simulated)
         self._pending_rebuild = ""
-        self._started: set[int] = set()
+        self._started: set[tuple[int, bool]] = set()
         self._prepared = False
         self._prepare_error: str | None = None
 
     # -- pools ------------------------------------------------------------------------------
-    def _pool_for(self, world_size: int) -> Pool:
-        if self._pool is not None and self._pool.alive and self._pool.world_size == world_size:
+    def _pool_for(self, world_size: int, simulated: bool = False) -> Pool:
+        """The pool of ``world_size`` ranks, or for ``simulated``, the one worker that runs
+        checks on a fake group of ``world_size`` ranks."""
+        simulate = world_size if simulated else None
+        procs = 1 if simulated else world_size
+        if (self._pool is not None and self._pool.alive and self._pool.world_size == procs
+                and self._pool.simulate == simulate):
             return self._pool
         if self._pool is not None:
             self._pool.close()
-        why = self._pending_rebuild if world_size in self._started else "first start"
+        why = self._pending_rebuild if (world_size, simulated) in self._started else "first start"
         self._pool = None
         try:
             self._prepare()
-            pool = Pool(self.spec.name, world_size, modules=self.options.modules,
-                        builtin=self.options.builtin, memory_limit_mb=self.options.memory_limit_mb)
+            pool = Pool(self.spec.name, procs, modules=self.options.modules,
+                        builtin=self.options.builtin, memory_limit_mb=self.options.memory_limit_mb,
+                        simulate=simulate)
         except PoolStartError as exc:
-            self._start_errors[world_size] = str(exc)
+            self._start_errors[world_size, simulated] = str(exc)
             raise
         self._pool = pool
-        self._started.add(world_size)
+        self._started.add((world_size, simulated))
         self.report.device = self.report.device or pool.device
         self.report.pool_starts.append({"world_size": world_size, "seconds": round(pool.startup_s, 3),
-                                        "why": why, "pids": [p.pid for p in pool.procs]})
+                                        "why": why, "pids": [p.pid for p in pool.procs],
+                                        "simulated": simulated})
         return pool
 
     def _prepare(self) -> None:
@@ -105,8 +112,9 @@ class Runner:
         if step.decided is not None:
             return step.decided
         ws = step.check.world_size
-        if ws in self._start_errors:
-            return Outcome.ERROR, f"worker pool of {ws} ranks failed to start: {self._start_errors[ws]}"
+        error = self._start_errors.get((ws, step.check.simulated))
+        if error is not None:
+            return Outcome.ERROR, f"worker pool of {ws} ranks failed to start: {error}"
         return None
 
     def run_step(self, step: Step) -> CheckResult:
@@ -116,7 +124,8 @@ class Runner:
         starts = len(self.report.pool_starts)
         decided = self._decide(step)
         if decided is not None:
-            result = CheckResult(check.id, check.world_size, decided[0], decided[1])
+            result = CheckResult(check.id, check.world_size, decided[0], decided[1],
+                                 simulated=check.simulated)
         else:
             result = self._execute(check)
         result.pool_start_s = round(sum(s["seconds"] for s in self.report.pool_starts[starts:]), 3)
@@ -134,17 +143,19 @@ class Runner:
     def _execute(self, check: CheckDef) -> CheckResult:
         """Run ``check`` on the pool of its world size and merge the ranks' results."""
         try:
-            pool = self._pool_for(check.world_size)
+            pool = self._pool_for(check.world_size, check.simulated)
         except PoolStartError as exc:
             return CheckResult(check.id, check.world_size, Outcome.ERROR,
-                               f"worker pool of {check.world_size} ranks failed to start: {exc}")
+                               f"worker pool of {check.world_size} ranks failed to start: {exc}",
+                               simulated=check.simulated)
         ranks, torn_down = pool.run(check.id, self.budget(check))
         outcome, reason = merge(ranks)
         if torn_down:
             self._pending_rebuild = f"after {torn_down} in {check.id}"
         elif len({r.status for r in ranks}) > 1 and not pool.sync():
             self._pending_rebuild = f"ranks out of step after {check.id}"
-        return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks)
+        return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks,
+                           simulated=check.simulated)
 
     def run(self, plan: Plan) -> RunReport:
         """Run every step of ``plan`` in order; the last pool is closed at the end."""

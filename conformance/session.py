@@ -70,7 +70,7 @@ def resolve(options: Options) -> Session:
                          f"{', '.join(areas) or '(none)'}")
     selected = loader.select(checks, areas=options.areas, patterns=options.patterns)
     sizes = set(options.world_sizes)
-    if sizes and not any(sizes & set(c.world_sizes) for c in selected):
+    if sizes and not any(c.runs_at(n) for c in selected for n in sizes):
         selected = []  # every selected check would be left out
     if not selected:
         raise UsageError(_nothing_selected(options, checks))

@@ -71,9 +71,15 @@ def summary(report: RunReport) -> str:
         lines += [fmt(header), fmt(["-" * w for w in widths])] + [fmt(r) for r in rows[:-1]]
         lines += [fmt(["-" * w for w in widths]), fmt(rows[-1])]
     if report.pool_starts:
-        starts = ", ".join(f"{s['world_size']} ranks {s['seconds']:.1f}s ({s['why']})"
-                           for s in report.pool_starts)
+        starts = ", ".join(f"{s['world_size']} {'simulated ' if s.get('simulated') else ''}"
+                           f"ranks {s['seconds']:.1f}s ({s['why']})" for s in report.pool_starts)
         lines += ["", f"pool start-ups: {starts}"]
+    if report.simulated_world_sizes:
+        simulated = sorted({r.id for r in report.results if r.simulated})
+        lines += ["", f"simulated (one process, torch's fake process group): {len(simulated)} "
+                      f"check(s) at {', '.join(map(str, report.simulated_world_sizes))} ranks; "
+                      "real processes: "
+                      f"{', '.join(map(str, report.world_sizes)) or 'none'}"]
     if report.left_out:
         lines += ["", f"left out: {left_out_text(report)}"]
     listed = [r for o in NOT_PASSING for r in report.results if r.outcome is o]
@@ -93,6 +99,9 @@ def summary(report: RunReport) -> str:
         lines.append(f"FAILED: {len(failed)} check(s) did not pass")
     elif report.unavailable:
         lines.append("NOT RUN: backend unavailable (exit 0; --require-available makes it exit 3)")
+    elif report.nothing_ran():
+        lines.append(f"FAILED: no check ran ({len(report.results)} planned, all skipped: see "
+                     "the reasons above)")
     elif not report.aborted:
         lines.append("OK")
     return "\n".join(lines)

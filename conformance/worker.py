@@ -4,7 +4,10 @@ Started by :class:`accelkit.conformance.pool.Pool` as a fresh interpreter (spawn
 It imports torch and the check modules once, sets ``OMP_NUM_THREADS=1``, calls
 ``spec.setup()``, selects its device (``LOCAL_RANK``), joins the pool's TCPStore (rank 0 hosts
 it on a free port of 127.0.0.1 and reports the port) and ``init_process_group`` once, then
-runs checks on command over its socket until told to exit. It dies with the engine
+runs checks on command over its socket until told to exit. A worker started with
+``simulate=N`` (the one-rank pool of simulated checks) joins no store and initialises no
+process group: each check gets a fake one of N ranks
+(:mod:`accelkit.conformance.simulate`). It dies with the engine
 (``PR_SET_PDEATHSIG``) and dumps every thread's stack on ``SIGUSR1`` (the engine asks for it
 before killing a hung pool).
 """
@@ -105,6 +108,9 @@ def _start(conn: Connection, config: dict):
     handle = device_handle(spec.device_type)
     if handle is not None and hasattr(handle, "set_device"):
         handle.set_device(local_rank)
+    if config.get("simulate"):
+        conn.send({"type": "store", "port": None})  # the pool's handshake, with no store
+        return spec, checks, local_rank, device_info(spec)
     timeout = datetime.timedelta(seconds=config["pg_timeout_s"])
     if rank == 0:
         store = dist.TCPStore("127.0.0.1", 0, world_size, True, timeout=timeout,
@@ -140,7 +146,7 @@ def serve(conn: Connection, config: dict) -> None:
     import torch.distributed as dist
     from accelkit.conformance.execute import run_on_rank
 
-    rank, world_size = config["rank"], config["world_size"]
+    rank, world_size = config["rank"], config.get("simulate") or config["world_size"]
     while True:
         try:
             msg = conn.recv()
@@ -151,10 +157,12 @@ def serve(conn: Connection, config: dict) -> None:
             ctx = CheckContext(rank=rank, world_size=world_size, local_rank=local_rank, spec=spec)
             conn.send(run_on_rank(checks[msg["id"]], ctx, msg["group_count"]))
         elif kind == "sync":
-            dist.barrier()
+            if dist.is_initialized():
+                dist.barrier()
             conn.send({"type": "synced"})
         elif kind == "exit":
-            dist.destroy_process_group()
+            if dist.is_initialized():
+                dist.destroy_process_group()
             conn.send({"type": "bye"})
             os._exit(0)
         else:

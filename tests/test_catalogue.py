@@ -19,7 +19,7 @@ from accelkit.conformance.api import CHECKS
 from accelkit.conformance.checks import load_all
 
 AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint",
-         "compile", "training", "streams")
+         "compile", "training", "streams", "scale")
 PACKAGE = "accelkit.conformance.checks"
 
 #: Each behaviour the design PRs describe -> the checks that exercise it.
@@ -189,6 +189,11 @@ def test_requirements_are_consistent(catalogue):
             assert "rng-tracker" in c.requires, f"{cid} must require rng-tracker (SKIP on cpu)"
         if "offset-exact" in c.requires:
             assert "rng-tracker" in c.requires, f"{cid}: offset-exact implies rng-tracker"
+        if c.simulated:
+            assert c.area == "scale", f"{cid}: simulated checks live in the scale area"
+            assert c.world_size == 16 and set(c.world_sizes) <= {16, 64, 256, 1024}, (
+                f"{cid}: simulated sizes {c.world_sizes}")
+            continue
         assert c.world_size in (4, 8), f"{cid}: world_size {c.world_size}"
         if c.world_size == 8:
             assert cid == "devicemesh.mesh_3d", f"{cid} needs 8 ranks; only the 3-D mesh should"
@@ -198,11 +203,22 @@ def test_requirements_are_consistent(catalogue):
 def test_most_checks_also_run_on_2_and_8_ranks(catalogue):
     """A 2-device machine and an 8-rank launch get a report: the catalogue is written against
     ctx.world_size; the few checks tied to 4 ranks' shapes are the named exceptions."""
+    real = {cid for cid, c in catalogue.items() if not c.simulated}
     at2 = {cid for cid, c in catalogue.items() if 2 in c.world_sizes}
     at8 = {cid for cid, c in catalogue.items() if 8 in c.world_sizes}
-    assert set(catalogue) - at2 == {"collectives.subgroup_half", "devicemesh.mesh_3d"}
-    assert set(catalogue) - at8 == {"dtensor.embedding", "dtensor.matmul",
+    assert real - at2 == {"collectives.subgroup_half", "devicemesh.mesh_3d"}
+    assert real - at8 == {"dtensor.embedding", "dtensor.matmul",
                                     "checkpoint.reshard_shard1", "tp.transformer_block"}
+
+
+def test_checks_for_any_world_size_are_not_tied_to_some_sizes(catalogue):
+    """A check written for any world size runs at 2 and 8 too; the ones tied to shapes of 4
+    ranks (the named exceptions above) are not for any size, nor are simulated ones."""
+    anywhere = {cid for cid, c in catalogue.items() if c.any_world_size}
+    assert len(anywhere) >= 40
+    for cid in anywhere:
+        c = catalogue[cid]
+        assert not c.simulated and {2, 4, 8} <= set(c.world_sizes), f"{cid}: {c.world_sizes}"
 
 
 def test_cpu_backend_runs_every_check_it_can(catalogue):

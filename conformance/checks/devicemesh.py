@@ -20,7 +20,7 @@ from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks._util import ALSO_AT, assert_equal, assert_value, expect_raises
 from torch.distributed.device_mesh import DeviceMesh, _mesh_resources
 
-CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, any_world_size=True)
 
 
 def _expected_group(shape: tuple[int, ...], rank: int, dim: int) -> list[int]:
@@ -64,7 +64,7 @@ def mesh_1d(ctx):
     _assert_group(ctx, mesh.get_group(), list(range(ctx.world_size)), "1-D mesh group")
 
 
-@check
+@check(any_world_size=False)
 def mesh_2d_names(ctx):
     """A 2-D mesh (2, world/2) with mesh_dim_names ("dp", "tp") has the row-major layout, its
     names, and one group per dimension with exactly the expected ranks, addressable by index
@@ -85,7 +85,7 @@ def mesh_2d_names(ctx):
         assert groups[dim] is mesh.get_group(dim)
 
 
-@check(world_size=8, also_at=())
+@check(world_size=8, also_at=(), any_world_size=False)
 def mesh_3d(ctx):
     """A 3-D mesh (2, 2, 2) named ("dp", "cp", "tp"): each dimension's group, coordinates,
     slicing two non-adjacent dims (mesh["dp", "tp"]) and flattening mesh["dp", "cp"] into
@@ -112,7 +112,7 @@ def mesh_3d(ctx):
     assert mesh["dp", "cp"]._flatten() is flat, "flattening again built a new mesh"
 
 
-@check
+@check(any_world_size=False)
 def slice_by_name(ctx):
     """Slicing a 2-D mesh by name: mesh["dp"] and mesh["tp"] are 1-D meshes of the rank's
     column and row with the parent's groups, mesh["dp", "tp"] is the whole mesh, and an unknown
@@ -133,7 +133,7 @@ def slice_by_name(ctx):
         mesh["pp"]
 
 
-@check
+@check(any_world_size=False)
 def coordinate_local_rank(ctx):
     """get_coordinate() is the rank's (row, column) in a 2-D mesh and get_local_rank(dim) its
     index in each dimension's group (by index and by name); a 1-D mesh's local rank is the
@@ -149,7 +149,7 @@ def coordinate_local_rank(ctx):
                  "ctx.mesh((ctx.world_size,)).get_local_rank()")
 
 
-@check
+@check(any_world_size=False)
 def flatten(ctx):
     """mesh["dp", "tp"]._flatten() on a 2-D mesh is a 1-D mesh "dp_tp" over every rank whose
     group works on the device; flattening again returns the same mesh and a custom name is
@@ -328,7 +328,7 @@ def mesh_larger_than_world(ctx):
         ctx.mesh((ctx.world_size * 2,))
 
 
-@check
+@check(any_world_size=False)
 def from_group(ctx):
     """DeviceMesh.from_group wraps existing groups without creating new ones: the world group
     (1-D), a half-world group (1-D, its own ranks), and a (dp, tp) pair of groups with a mesh
@@ -355,7 +355,7 @@ def from_group(ctx):
     _assert_group(ctx, mesh2["tp"].get_group(), layout[row].tolist(), "from_group 2-D tp")
 
 
-@check
+@check(any_world_size=False)
 def submesh_collective_members(ctx):
     """A collective on a sub-mesh's group involves only its members: all_gather over
     mesh["tp"] returns exactly the row's ranks, over mesh["dp"] the column's
@@ -370,7 +370,7 @@ def submesh_collective_members(ctx):
         assert_equal(out, torch.tensor([float(r) for r in expected]), f"all_gather over mesh[{name!r}]")
 
 
-@check(requires=("cpu-collectives",))
+@check(requires=("cpu-collectives",), any_world_size=False)
 def dim_group_dispatch(ctx):
     """A mesh dimension's group is a dispatchable process group: the same group reduces a
     device tensor through the backend's library and a CPU tensor through gloo (PR 102336)."""

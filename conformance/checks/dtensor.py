@@ -38,7 +38,7 @@ from torch.distributed.tensor import (
 )
 from torch.distributed.tensor.debug import CommDebugMode
 
-CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, any_world_size=True)
 
 
 def _ints(shape, seed, low=-4, high=5):
@@ -87,7 +87,7 @@ def distribute_1d(ctx):
             _check_distributed(ctx, full, mesh, [placement], f"{shape} {placement}")
 
 
-@check
+@check(any_world_size=False)
 def distribute_2d(ctx):
     """distribute_tensor on a 2-D (dp, tp) mesh with [Shard(0), Shard(1)], [Replicate(),
     Shard(0)], [Shard(1), Replicate()] and [Shard(0), Shard(0)] (nested), even and uneven;
@@ -167,7 +167,7 @@ def redistribute_1d(ctx):
     _check_transitions(ctx, ctx.mesh((ctx.world_size,)), _TRANSITIONS_1D, ((8, 8), (7, 5)))
 
 
-@check
+@check(any_world_size=False)
 def redistribute_2d(ctx):
     """redistribute on a 2-D (dp, tp) mesh between mixed layouts ([S(0),S(1)]->[R,R],
     [R,S(0)]->[S(1),R], [S(0),S(0)]->[R,S(1)], [S(1),R]->[S(0),S(1)], [R,R]->[S(0),S(0)]),
@@ -257,7 +257,7 @@ def elementwise(ctx):
     assert_equal(da.full_tensor(), a + b, "in-place add_")
 
 
-@check(also_at=(2,))
+@check(also_at=(2,), any_world_size=False)
 def matmul(ctx):
     """mm, matmul and bmm for the sharding combinations DTensor supports: S(0)@R -> S(0),
     R@S(1) -> S(1), S(1)@S(0) -> Partial, R@R -> R, S(0)@S(1), batched S(0)@S(0) bmm and a 3-D
@@ -292,7 +292,7 @@ def matmul(ctx):
     assert_equal(got.full_tensor(), torch.matmul(x, _ints((5, 4), 34)), "matmul(3-D S(1), 2-D R)")
 
 
-@check
+@check(any_world_size=False)
 def reductions(ctx):
     """sum, mean, amax/max and amin with and without dim, over the sharded and the unsharded
     dim of Shard(0)/Shard(1) DTensors and a 2-D [Shard(0), Shard(1)] one, equal one device
@@ -317,7 +317,7 @@ def reductions(ctx):
                 assert_equal(got.full_tensor(), expected, f"{placements} {what}")
 
 
-@check
+@check(any_world_size=False)
 def view_ops(ctx):
     """view, reshape, transpose/t, permute, flatten and unsqueeze on a Shard(0) DTensor give the
     single-device values, with the shard dim following the view (Shard(0) -> t() is Shard(1))
@@ -376,7 +376,7 @@ def layer_norm(ctx):
     assert_close(dw.grad.full_tensor(), ref_w.grad, "layer_norm weight grad", atol=1e-5)
 
 
-@check(also_at=(2,))
+@check(also_at=(2,), any_world_size=False)
 def embedding(ctx):
     """Embedding lookups with a replicated index tensor: a row-wise Shard(0) table (vocab
     parallel: masked partial sums) and a column-wise Shard(1) table both equal one device
@@ -426,7 +426,7 @@ def _check_factory(ctx, mesh, name, dt, expected, placement, size):
         assert_equal(dt.full_tensor(), expected, what)
 
 
-@check
+@check(any_world_size=False)
 def redistribute_autograd(ctx):
     """redistribute is differentiable: the gradient of S(0)->R flows back as Shard(0) with the
     single-device values, that of S(0)->S(1) as Shard(0), and to_local/from_local pass
@@ -542,7 +542,7 @@ def distribute_module(ctx):
     assert_equal(out, ref(x).detach(), "distributed Linear output")
 
 
-@check
+@check(any_world_size=False)
 def ambient_mesh(ctx):
     """Under ``with mesh:`` distribute_tensor, DTensor.from_local and the factories take that
     mesh when none is passed, and redistribute inside another mesh's context keeps the tensor's
@@ -637,7 +637,7 @@ def submesh_non_members(ctx):
         assert dt.shape == full.shape, "non-member DTensor lost the global shape"
 
 
-@check
+@check(any_world_size=False)
 def meta_to_empty(ctx):
     """A module built on the meta device and distributed there holds meta DTensors; to_empty
     onto the rank's device materialises local shards of the right shape on that device, and

@@ -22,7 +22,7 @@ from accelkit.conformance.checks._util import (
     assert_value,
 )
 
-CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, any_world_size=True)
 
 
 def _handle(ctx):

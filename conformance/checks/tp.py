@@ -38,7 +38,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-CHECK_DEFAULTS = Defaults(also_at=ALSO_AT)
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, any_world_size=True)
 
 DIM, HIDDEN = 16, 32
 
@@ -118,7 +118,7 @@ def colwise(ctx):
     _assert_grads(lin, ref, "colwise")
 
 
-@check
+@check(any_world_size=False)
 def rowwise(ctx):
     """RowwiseParallel shards the weight on dim 1 and replicates the bias; fed this rank's
     slice of the input's last dim it returns the full single-device output on every rank
@@ -136,7 +136,7 @@ def rowwise(ctx):
     _assert_grads(lin, ref, "rowwise")
 
 
-@check
+@check(any_world_size=False)
 def mlp(ctx):
     """A Colwise -> Rowwise MLP (dict plan) matches the single-device MLP in forward, in the
     input's gradient and in every parameter's gradient (torch.distributed.tensor.parallel)."""
@@ -161,7 +161,7 @@ class WideMLP(nn.Module):
         return self.down(F.relu(self.up(x)))
 
 
-@check
+@check(any_world_size=False)
 def large_mlp(ctx):
     """A Colwise -> Rowwise MLP whose rowwise output all_reduce and input-gradient all_reduce
     move (520, 520) float32 (1.03 MiB) matches the single-device MLP in forward, the input's
@@ -237,7 +237,7 @@ class _Stack(nn.Module):
         return self.head(x)
 
 
-@check
+@check(any_world_size=False)
 def dict_plan_wildcards(ctx):
     """A dict plan with nested FQNs and wildcards ("layers.*.up", "layers.*.down", "head")
     parallelizes every matching submodule (placements checked) and the model matches one
@@ -267,7 +267,7 @@ def dict_plan_wildcards(ctx):
         f"no 'could not be resolved' warning for an unmatched key: {[str(w.message) for w in caught]}")
 
 
-@check
+@check(any_world_size=False)
 def ambient_mesh(ctx):
     """``with mesh: parallelize_module(m, parallelize_plan=...)`` without a mesh argument uses
     the ambient mesh: the parameters are DTensors on that very mesh and the module matches
@@ -397,7 +397,7 @@ def no_mesh_raises(ctx):
     assert not isinstance(module.weight, DTensor)
 
 
-@check
+@check(any_world_size=False)
 def nd_ambient_mesh(ctx):
     """With a 2-D mesh as the ambient mesh parallelize_module gets the whole 2-D mesh (not the
     TP dim) and fails exactly as when that mesh is passed explicitly ("placements must have the
@@ -440,7 +440,7 @@ BLOCK_PLAN = {"q": ColwiseParallel(), "k": ColwiseParallel(), "v": ColwiseParall
               "o": RowwiseParallel(), "mlp.up": ColwiseParallel(), "mlp.down": RowwiseParallel()}
 
 
-@check(also_at=(2,))
+@check(also_at=(2,), any_world_size=False)
 def transformer_block(ctx):
     """A transformer block under TP (q/k/v Colwise so each rank holds whole heads, o Rowwise,
     MLP Colwise->Rowwise) matches the single-device block forward and backward, input and
@@ -486,7 +486,7 @@ def dropout_offset_exact(ctx):
     assert_equal(full, reference, "sharded dropout vs one device")
 
 
-@check
+@check(any_world_size=False)
 def optimizer_step(ctx):
     """SGD (momentum) and AdamW steps on TP parameters of an MLP give the same parameters as on
     one device after three steps (torch.optim on DTensor parameters; rtol 1e-4, atol 1e-5)."""
@@ -505,7 +505,7 @@ def optimizer_step(ctx):
         _assert_params(model, ref, type(opt).__name__, rtol=1e-4, atol=1e-5)
 
 
-@check(requires=("rng-tracker",))
+@check(requires=("rng-tracker",), any_world_size=False)
 def meta_init_2d(ctx):
     """An MLP built on the meta device, parallelized on the TP dim of a (dp, tp) mesh, then
     to_empty(device) and reset_parameters() at one seed: every weight's shards differ within a
@@ -534,7 +534,7 @@ def _counts(comm_mode) -> dict[str, int]:
     return {str(op).split(".")[-1]: n for op, n in comm_mode.get_comm_counts().items() if n}
 
 
-@check
+@check(any_world_size=False)
 def comm_counts(ctx):
     """CommDebugMode counts for TP: Colwise forward none and backward one all_reduce (the
     input gradient); Rowwise forward one all_reduce and backward none; the Colwise->Rowwise
