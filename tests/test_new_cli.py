@@ -281,3 +281,28 @@ def test_porting_guide_names_existing_checks():
     cited = set(re.findall(pattern, guide))
     assert cited, "the guide cites no check"
     assert not cited - set(CHECKS), f"unknown check ids in docs/porting.md: {cited - set(CHECKS)}"
+
+
+def test_generated_spec_reports_its_device_mode_and_no_device(tmp_path, capsys, monkeypatch):
+    """The generated spec's settings (a report's settings row) name every device-mode switch
+    with its default, set or not; with 0 devices it is unavailable, saying why."""
+    import importlib.util
+
+    dest = tmp_path / "pkg"
+    code, _, err = _new(capsys, "demo", "--dir", str(dest))
+    assert code == 0, err
+    path = dest / "src" / "torch_demo_spec.py"
+    module_spec = importlib.util.spec_from_file_location("torch_demo_spec_probe", path)
+    spec_module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(spec_module)
+    for var in ("DEMO_ASYNC", "DEMO_HOST_ACCESSIBLE", "DEMO_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DEMO_ASYNC", "1")
+    settings = spec_module.SPEC.settings()
+    assert settings["DEMO_ASYNC"] == "1" and settings["DEMO_HOST_ACCESSIBLE"] == "1"
+    assert {"DEMO_DEVICES", "DEMO_MEMORY", "DEMO_LAUNCH_BLOCKING", "DEMOCCL_CHUNK_BYTES"} \
+        <= set(settings)
+    assert not any("FAULT" in k for k in settings)
+    monkeypatch.setenv("DEMO_DEVICES", "0")
+    assert spec_module.SPEC.probe(1) == (False, "the demo runtime reports no devices "
+                                                "(DEMO_DEVICES=0)")
