@@ -217,7 +217,7 @@ def not_passed_lines(report: RunReport) -> list[str]:
     failed = report.failed()
     known = sum(r.outcome is Outcome.XFAIL for r in report.results)
     if not failed:
-        return [f"**Did not pass:** nothing that ran failed"
+        return ["**Did not pass:** nothing that ran failed"
                 + (f" ({known} known failure(s), listed below)" if known else "") + ".", ""]
     lines = [f"**Did not pass ({len(failed)}):**", ""]
     lines += [f"- `{r.key}` {_MARK[r.outcome]}: {r.first_line}" for r in failed]
