@@ -26,9 +26,13 @@ EXTENSIONS: dict[str, dict] = {
 FAULT_DEFINES = ("ACCELKIT_FAULTS",)
 
 
+#: The switch of the fault build.
+FAULT_BUILD_SWITCH = "ACCELKIT_MOCK_FAULTS"
+
+
 def fault_build() -> bool:
     """True when ``ACCELKIT_MOCK_FAULTS=1`` asks for the fault build."""
-    return os.environ.get("ACCELKIT_MOCK_FAULTS", "0") not in ("", "0")
+    return os.environ.get(FAULT_BUILD_SWITCH, "0") not in ("", "0")
 
 
 def extensions() -> dict[str, dict]:
@@ -62,8 +66,9 @@ def _prepare() -> None:
             future.result()
 
 
-#: The device counts the mock runtime accepts (csrc/mock_runtime.h refuses others).
-DEVICE_COUNTS = range(1, 65)
+#: The device counts the mock runtime accepts (csrc/mock_runtime.h refuses others); 0 models a
+#: host without the card: the device registers, ``torch.mock.is_available()`` is False.
+DEVICE_COUNTS = range(0, 65)
 
 
 def _device_count() -> int | None:
@@ -83,6 +88,9 @@ def _probe(world_size: int = 1) -> tuple[bool, str]:
         return False, (f"ACCELKIT_MOCK_DEVICES={value} is not a device count: use an integer "
                        f"from {DEVICE_COUNTS[0]} to {DEVICE_COUNTS[-1]}, e.g. "
                        "ACCELKIT_MOCK_DEVICES=8")
+    if count == 0:  # what the runtime reports (mock_runtime.h: no devices, as a driver without a card)
+        return False, ("the mock runtime reports no devices (ACCELKIT_MOCK_DEVICES=0); set "
+                       "ACCELKIT_MOCK_DEVICES to 1..64")
     if count < world_size:
         return False, f"{world_size} devices needed, {count} present (ACCELKIT_MOCK_DEVICES={count})"
     return True, f"{count} mock devices over host memory"

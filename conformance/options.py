@@ -73,6 +73,9 @@ OPTIONS: tuple[Option, ...] = (
            action="store_false"),
     Option("require-available", "require_available", "exit 3 instead of 0 when the backend "
            "cannot run here", action="store_true", entry_points=frozenset({CLI, TORCHRUN})),
+    Option("keep-going", "keep_going", "run every check of an area even after the rank pool "
+           "crashed on several consecutive ones (by default the area stops there, its other "
+           "checks ERROR 'not run')", action="store_true", entry_points=frozenset({CLI})),
     Option("memory-limit", "memory_limit_mb", "let each rank grow its data segment by at most "
            "MIB beyond its start-up size (RLIMIT_DATA); a check exceeding it gets MemoryError "
            "(ERROR, 'out of memory')", type=int, metavar="MIB",
@@ -97,6 +100,7 @@ class Options:
     builtin: bool = True
     require_available: bool = False
     memory_limit_mb: int | None = None
+    keep_going: bool = False
 
     def problem(self) -> str | None:
         """What is wrong with these options, or None."""

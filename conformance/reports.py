@@ -214,10 +214,25 @@ def _cell(text: str) -> str:
     return "<br>".join(line.replace("|", "\\|") for line in text.strip().splitlines())
 
 
+def not_passed_lines(report: RunReport) -> list[str]:
+    """report.md's opening: every check that makes the run fail, with its outcome and the first
+    line of why, then how many known failures there are; or that nothing failed."""
+    failed = report.failed()
+    known = sum(r.outcome is Outcome.XFAIL for r in report.results)
+    if not failed:
+        return ["**Did not pass:** nothing that ran failed"
+                + (f" ({known} known failure(s), listed below)" if known else "") + ".", ""]
+    lines = [f"**Did not pass ({len(failed)}):**", ""]
+    lines += [f"- `{r.key}` {_MARK[r.outcome]}: {r.first_line}" for r in failed]
+    if known:
+        lines.append(f"- and {known} known failure(s) (expectations), listed below")
+    return lines + [""]
+
+
 def to_markdown(report: RunReport) -> str:
     spec, counts = report.spec, report.counts()
     dev = report.device or {}
-    lines = [f"# PyTorch distributed conformance: `{spec.name}`", "",
+    lines = [f"# PyTorch distributed conformance: `{spec.name}`", "", *not_passed_lines(report),
              "| | |", "|---|---|",
              f"| backend | `{spec.name}` ({spec.origin or 'built in'}) |",
              f"| device | `{spec.device_type}` {dev.get('name') or ''} "
@@ -229,6 +244,9 @@ def to_markdown(report: RunReport) -> str:
              f"| simulated world sizes | {', '.join(map(str, report.simulated_world_sizes)) or '-'}"
              " (one process, torch's fake process group) |",
              f"| run | {report.started}, {report.duration_s:.1f} s |"]
+    built = sum(start.get("prepare_s", 0.0) for start in report.pool_starts)
+    if built:
+        lines.append(f"| backend build | {built:.1f} s in `prepare()` (not in check times) |")
     if report.settings:
         lines.append("| settings | " + ", ".join(f"`{k}={v}`" for k, v in report.settings.items())
                      + " |")

@@ -9,6 +9,14 @@ start is ERROR with the start-up error (the pool is not retried, and a failed
 next check gets a new one. After a check whose ranks disagreed (some passed, some failed), a
 barrier makes sure their collectives are still in step, else the pool is rebuilt. Last, an
 ``xfail`` expectation turns a failing outcome into XFAIL and a pass into XPASS.
+
+Fail fast: when the pool crashes on :data:`CRASH_STORM` consecutive checks of an area (a
+port's broken primitive, e.g. a ``synchronize()`` that does not wait, crashes check after
+check, and each crash costs a pool restart), the area's remaining checks are not run: each is
+ERROR with one message naming the crashes, the first one's output and ``--keep-going``, which
+runs them all. A check's ``duration_s`` excludes the pool (re)start and ``spec.prepare()`` (the
+backend's C++ build) before it; both are in its ``pool_start_s`` and in the report's
+``pool_starts`` (``seconds``, ``prepare_s``).
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ from accelkit.conformance.plan import Plan, Step, make_plan, probe_host
 from accelkit.conformance.pool import Pool, PoolStartError
 from accelkit.conformance.session import Session
 from accelkit.core.spec import BackendSpec
+
+#: Consecutive crashes of the pool in one area after which the area's other checks do not run.
+CRASH_STORM = 3
 
 
 class Runner:
@@ -44,6 +55,9 @@ class Runner:
         self._started: set[tuple[int, bool]] = set()
         self._prepared = False
         self._prepare_error: str | None = None
+        self._prepare_s = 0.0
+        self._crashes: dict[str, list[CheckResult]] = {}  # area -> its latest crashes in a row
+        self._stopped: dict[str, str] = {}  # area -> why its other checks do not run
 
     # -- pools ------------------------------------------------------------------------------
     def _pool_for(self, world_size: int, simulated: bool = False) -> Pool:
@@ -59,7 +73,7 @@ class Runner:
         why = self._pending_rebuild if (world_size, simulated) in self._started else "first start"
         self._pool = None
         try:
-            self._prepare()
+            prepare_s = self._prepare()
             pool = Pool(self.spec.name, procs, modules=self.options.modules,
                         builtin=self.options.builtin, memory_limit_mb=self.options.memory_limit_mb,
                         simulate=simulate)
@@ -70,26 +84,32 @@ class Runner:
         self._started.add((world_size, simulated))
         self.report.device = self.report.device or pool.device
         self.report.pool_starts.append({"world_size": world_size, "seconds": round(pool.startup_s, 3),
-                                        "why": why, "pids": [p.pid for p in pool.procs],
+                                        "prepare_s": prepare_s, "why": why,
+                                        "pids": [p.pid for p in pool.procs],
                                         "simulated": simulated})
         return pool
 
-    def _prepare(self) -> None:
+    def _prepare(self) -> float:
         """Run ``spec.prepare()`` (e.g. compile the backend's C++) once, here, before any rank
-        starts, so ranks do not all wait on one compile inside their start-up budget. A
-        failure (even a build tool's ``SystemExit``) is kept and raised again for every later
-        pool: the compile is not retried per check."""
+        starts, so ranks do not all wait on one compile inside their start-up budget; returns
+        the seconds it took this time (0 once done). A failure (even a build tool's
+        ``SystemExit``) is kept and raised again for every later pool: the compile is not
+        retried per check."""
         if self._prepare_error is not None:
             raise PoolStartError(self._prepare_error)
         if self._prepared or self.spec.prepare is None:
-            return
+            return 0.0
         self._prepared = True
+        started = time.perf_counter()
         try:
             self.spec.prepare()
         except (Exception, SystemExit) as exc:
             self._prepare_error = (f"backend {self.spec.name!r}: prepare() failed: "
                                    f"{type(exc).__name__}: {exc}")
             raise PoolStartError(self._prepare_error) from exc
+        finally:
+            self._prepare_s = round(time.perf_counter() - started, 3)
+        return self._prepare_s
 
     def close(self) -> None:
         if self._pool is not None:
@@ -112,6 +132,8 @@ class Runner:
         if step.decided is not None:
             return step.decided
         ws = step.check.world_size
+        if step.check.area in self._stopped:
+            return Outcome.ERROR, self._stopped[step.check.area]
         error = self._start_errors.get((ws, step.check.simulated))
         if error is not None:
             return Outcome.ERROR, f"worker pool of {ws} ranks failed to start: {error}"
@@ -128,10 +150,30 @@ class Runner:
                                  simulated=check.simulated)
         else:
             result = self._execute(check)
-        result.pool_start_s = round(sum(s["seconds"] for s in self.report.pool_starts[starts:]), 3)
+            self._watch_crashes(result)
+        result.pool_start_s = round(sum(s["seconds"] + s.get("prepare_s", 0.0)
+                                        for s in self.report.pool_starts[starts:]), 3)
         result.duration_s = round(time.perf_counter() - started - result.pool_start_s, 4)
         self.record(result, step.expectation)
         return result
+
+    def _watch_crashes(self, result: CheckResult) -> None:
+        """Count the area's crashes in a row; at :data:`CRASH_STORM` stop the area (unless
+        ``--keep-going``) with one message: what crashed, the first crash's output, the fix."""
+        if result.outcome is not Outcome.CRASH:
+            self._crashes.pop(result.area, None)
+            return
+        crashes = self._crashes.setdefault(result.area, [])
+        crashes.append(result)
+        if len(crashes) < CRASH_STORM or self.options.keep_going:
+            return
+        first = "\n".join(crashes[0].reason.splitlines()[:30])
+        self._stopped[result.area] = (
+            f"not run: the rank pool crashed on {len(crashes)} consecutive checks of area "
+            f"{result.area!r} ({', '.join(c.key for c in crashes)}), so its other checks were "
+            "not run (each crash costs a pool restart). Fix the crash first; "
+            "`accelkit conformance --keep-going` runs them all. The first crash, "
+            f"{crashes[0].key}:\n{first}")
 
     def record(self, result: CheckResult, expectation: Expectation | None) -> None:
         """Apply ``expectation`` to ``result``, add it to the report and show progress."""

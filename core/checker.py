@@ -57,6 +57,8 @@ class HandleReport:
     findings: list[Finding] = field(default_factory=list)
     probes: int = 0
     touched_device: bool = True
+    #: The host has no device (is_available() False, device_count() 0): a state, not an error.
+    no_device: bool = False
 
     @property
     def errors(self) -> list[Finding]:
@@ -171,8 +173,9 @@ class _Prober:
         if not self.report.touched_device:
             self.probe(self.still_uninitialized)
             return
-        if any(f.member in ("is_available", "device_count") and f.severity == "error"
-               for f in self.report.findings):
+        if self.report.no_device or any(
+                f.member in ("is_available", "device_count") and f.severity == "error"
+                for f in self.report.findings):
             self.add("info", "<probes>", "RNG and device probes skipped: no usable device",
                      "nothing more", "fix the errors above and run the checker again")
             return
@@ -298,9 +301,19 @@ class _Prober:
                      "device", "nothing to fix if that build has another accelerator")
 
     def available(self) -> None:
+        """No device (is_available() False, device_count() 0) is a state, not an error: a host
+        without the card registers the device and reports it unavailable, so ``import torch``
+        works there. is_available() False with devices present is an error."""
         available = self.call("is_available", breaks=members(DeviceHandle)["is_available"],
                               fix="make is_available() a cheap query that never fails")
-        if available is not True:
+        if available is False and _quietly(getattr(self.handle, "device_count", None)) == 0:
+            self.report.no_device = True
+            self.add("info", "is_available",
+                     "no device here: is_available() is False and device_count() is 0",
+                     "nothing on this host; the device's checks need a host with the device",
+                     "nothing to fix if this host has no device; otherwise check the "
+                     "driver/runtime")
+        elif available is not True:
             self.add("error", "is_available", f"is_available() returned {available!r}, not True",
                      f"{_TRACKER} ('requires the presence of {self.dt} device'), "
                      "torch.accelerator.is_available",
@@ -309,6 +322,8 @@ class _Prober:
     def device_count(self) -> None:
         count = self.call("device_count", breaks=members(DeviceHandle)["device_count"],
                           fix="make device_count() return the number of devices")
+        if count == 0 and self.report.no_device:
+            return
         if not isinstance(count, int) or isinstance(count, bool) or count <= 0:
             self.add("error", "device_count", f"device_count() returned {count!r}, not an int > 0",
                      "DeviceMesh skips device selection (count 0); DTensor _resolve_device "
@@ -569,6 +584,14 @@ def _seed_offset(torch: Any, state: Any) -> tuple[int, int] | None:
             int.from_bytes(raw[8:], "little", signed=True))
 
 
+def _quietly(fn: Callable[[], Any] | None) -> Any:
+    """``fn()``, or None when it is missing or raises (its own probe reports that)."""
+    try:
+        return None if fn is None else fn()
+    except Exception:
+        return None
+
+
 def _restore(fn: Callable[..., Any], *args: Any) -> None:
     """Put back what a probe changed; a failure here was already reported by the probe."""
     try:
@@ -618,3 +641,156 @@ def check_random_op(device_type: str, *, offset_exact: bool) -> list[Finding]:
                         f"{_TRACKER}'s shards draw other numbers than one device would",
                         "advance by ceil4(numel), or declare rng='offset-consistent'")]
     return []
+
+
+#: Copy sizes the runtime probes use: 1 byte to just over 64 MiB, odd sizes and sizes just
+#: around page, 1 MiB and power-of-two boundaries, where a DMA path splits or changes protocol.
+COPY_SIZES: tuple[int, ...] = (1, 3, 4095, 4097, 65537, 1 << 20, (1 << 20) + 7, (16 << 20) + 3,
+                               (64 << 20) + 1)
+#: Byte offsets into the buffers (cycled over the sizes): unaligned starts.
+COPY_OFFSETS: tuple[int, ...] = (0, 1, 7)
+
+_COPY_BREAKS = ("every transfer of that size between host and device: .cpu(), .to(device), "
+                "checkpoint save/load, collectives that stage through the host")
+
+
+def check_copies(device_type: str, *, max_bytes: int = COPY_SIZES[-1]) -> tuple[int, list[Finding]]:
+    """Copy known random bytes in every direction (pageable host -> device, pinned host ->
+    device, device -> pageable host, device -> pinned host, device -> same device, device ->
+    another device when there are two) at every size of :data:`COPY_SIZES` up to
+    ``max_bytes``, at the offsets of :data:`COPY_OFFSETS`, and compare byte for byte: once
+    through torch (``Tensor.copy_``, the layer's copy kernel) and, for an accelkit device
+    (``torch.<device>._runtime_copy``), once through the runtime's own ``Runtime::copy``, which
+    the layer never calls where device memory is host memory. Returns (probes, findings); a
+    finding names the function, the direction, the size and the offset."""
+    import torch
+
+    handle = getattr(torch, device_type)
+    index = handle.current_device()
+    device = torch.device(device_type, index)
+    sizes = [s for s in COPY_SIZES if s <= max_bytes]
+    room = sizes[-1] + max(COPY_OFFSETS)
+    source = torch.randint(0, 256, (room,), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(20))
+    copiers = [("Tensor.copy_", lambda dst, src: dst.copy_(src))]
+    if hasattr(handle, "_runtime_copy"):
+        copiers.append(("Runtime::copy", handle._runtime_copy))
+    peer = torch.device(device_type, (index + 1) % handle.device_count())
+    findings: list[Finding] = []
+    probes = 0
+    for i, size in enumerate(sizes):
+        offset = COPY_OFFSETS[i % len(COPY_OFFSETS)]
+        want = source[offset:offset + size]
+        on_device = torch.empty(room, dtype=torch.uint8, device=device)
+        on_device[offset:offset + size].copy_(want)
+        handle.synchronize()
+        for function, copy in copiers:
+            for direction, make_src, make_dst in _directions(torch, device, peer, want, on_device,
+                                                              offset, size, room):
+                probes += 1
+                try:
+                    src, dst = make_src(), make_dst()
+                    copy(dst[offset:offset + size], src)
+                    handle.synchronize()
+                    got = dst[offset:offset + size].cpu()
+                except Exception as exc:
+                    findings.append(Finding(
+                        "error", function, f"{function} {direction} of {size} bytes (offset "
+                        f"{offset}) raised {type(exc).__name__}: {str(exc).splitlines()[0]}",
+                        _COPY_BREAKS, "make every direction and size work"))
+                    continue
+                wrong = got != want
+                if bool(wrong.any()):
+                    first = int(wrong.nonzero()[0, 0])
+                    findings.append(Finding(
+                        "error", function, f"{function} {direction} of {size} bytes (offset "
+                        f"{offset}): {int(wrong.sum())} of {size} bytes differ, the first at "
+                        f"byte {first}", _COPY_BREAKS,
+                        f"make {function} move every byte it is asked to (check how the "
+                        "transfer's size is computed and split into chunks)"))
+    return probes, findings
+
+
+def _directions(torch: Any, device: Any, peer: Any, want: Any, on_device: Any, offset: int,
+                size: int, room: int) -> list[tuple[str, Callable[[], Any], Callable[[], Any]]]:
+    """(direction, source, destination buffer) of each copy :func:`check_copies` makes; a
+    device source is the prepared ``on_device`` slice, a host one ``want`` (pinned or not)."""
+    def device_source() -> Any:
+        return on_device[offset:offset + size]
+
+    def host(pinned: bool) -> Callable[[], Any]:
+        return lambda: torch.empty(room, dtype=torch.uint8, pin_memory=pinned)
+
+    def on(where: Any) -> Callable[[], Any]:
+        return lambda: torch.empty(room, dtype=torch.uint8, device=where)
+
+    out = [("pageable host→device", lambda: want.clone(), on(device)),
+           ("pinned host→device", lambda: want.pin_memory(), on(device)),
+           ("device→pageable host", device_source, host(False)),
+           ("device→pinned host", device_source, host(True)),
+           ("device→same device", device_source, on(device))]
+    if peer != device:
+        out.append((f"device {device.index}→device {peer.index}", device_source, on(peer)))
+    return out
+
+
+def check_synchronization(device_type: str) -> tuple[int, list[Finding]]:
+    """The waiting calls keep their word on an asynchronous runtime (``is_async()``; on a
+    synchronous one they hold trivially): after ``synchronize()`` the current stream has no
+    work left (``Stream.query()`` True) and the work's result is there; after
+    ``Event.synchronize()`` that event and every event recorded before it on the stream are
+    complete (events ordered, ``Event.query()`` truthful); after ``Stream.synchronize()``
+    ``Stream.query()`` is True. The work is 16 in-place adds on 16 MiB, long enough to be
+    still queued when a waiting call returns at once. Returns (probes, findings), each naming
+    the call that did not wait."""
+    import torch
+
+    handle = getattr(torch, device_type)
+    device = torch.device(device_type, handle.current_device())
+    ops = 16
+    work = f"{ops} in-place adds on a 16 MiB tensor"
+    findings: list[Finding] = []
+
+    def busy_work() -> Any:
+        x = torch.zeros(1 << 22, device=device)
+        for _ in range(ops):
+            x.add_(1)
+        return x
+
+    def finding(member: str, problem: str, breaks: str) -> None:
+        findings.append(Finding("error", member, problem, breaks,
+                                f"make {member} return only once the work queued before it has "
+                                "finished (CUDA: cudaDeviceSynchronize, cudaEventSynchronize, "
+                                "cudaStreamSynchronize)"))
+
+    stream = handle.current_stream()
+    x = busy_work()
+    handle.synchronize()
+    if not stream.query():
+        finding("synchronize", f"synchronize() returned while the current stream still had "
+                f"queued work (Stream.query() False right after it; {work})",
+                "every caller that reads results after torch.<device>.synchronize(): "
+                "benchmarks, DeviceMesh/DTensor tests, checkpointing, the conformance suite")
+    elif float(x[-1]) != ops:
+        finding("synchronize", f"after synchronize() the result of {work} is {float(x[-1])}, "
+                f"not {ops}", "every caller that reads results after synchronize()")
+    first, second = handle.Event(), handle.Event()
+    busy_work()
+    first.record()
+    busy_work()
+    second.record()
+    second.synchronize()
+    if not second.query():
+        finding("Event.synchronize", f"Event.query() is False right after Event.synchronize() "
+                f"({work} before the event)", "Work.wait(), stream-ordered allocator reuse, "
+                "FSDP's and DCP's event waits")
+    elif not first.query():
+        finding("Event.query", "an event recorded earlier on the stream is not complete once a "
+                "later one is (events out of order)", "every wait on an event: the waiter "
+                "may run before the work it waits for")
+    busy_work()
+    stream.synchronize()
+    if not stream.query():
+        finding("Stream.synchronize", f"Stream.query() is False right after "
+                f"Stream.synchronize() ({work})", "stream waits in FSDP, DCP and collectives")
+    return 3, findings

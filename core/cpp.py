@@ -64,6 +64,53 @@ def _digest(paths: Sequence[Path], flags: Sequence[str]) -> str:
     return h.hexdigest()[:16]
 
 
+#: The file a vendor package's build writes beside its extensions (``accelkit new``'s
+#: setup.py): when they were built, in how many seconds, of which sources, from which folder.
+BUILD_RECORD = "_build.json"
+
+
+def source_hash(folder: str | os.PathLike) -> str:
+    """A digest of every file under ``folder`` (relative path and content): which sources a
+    build is of."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(path.relative_to(folder).as_posix().encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def write_build_record(package_dir: str | os.PathLike, sources: str | os.PathLike,
+                       seconds: float) -> None:
+    """Write :data:`BUILD_RECORD` into ``package_dir`` (where the built extensions go) for a
+    build of ``sources`` (a folder) that took ``seconds``."""
+    import json
+
+    record = {"built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "seconds": round(seconds, 1), "sources": source_hash(sources),
+              "source_dir": str(Path(sources).resolve())}
+    Path(package_dir).mkdir(parents=True, exist_ok=True)
+    (Path(package_dir) / BUILD_RECORD).write_text(json.dumps(record) + "\n")
+
+
+def build_record_text(package_dir: str | os.PathLike) -> str:
+    """The installed build of a vendor package in one line, for its conformance reports:
+    ``<when> in <s> s, sources <hash>``, and a warning when the sources it was built from have
+    changed since (a later build failed, so pip kept this one, or was not installed)."""
+    import json
+
+    path = Path(package_dir) / BUILD_RECORD
+    if not path.is_file():
+        return f"unknown: no {BUILD_RECORD} in {package_dir} (built by an older setup.py)"
+    record = json.loads(path.read_text())
+    text = f"{record['built']} in {record['seconds']} s, sources {record['sources']}"
+    folder = Path(record["source_dir"])
+    if folder.is_dir() and source_hash(folder) != record["sources"]:
+        text += (f"; STALE: {folder} has changed since (now {source_hash(folder)}): the latest "
+                 "build failed or was not installed, and this older one is what runs (pip install "
+                 "-v --no-build-isolation shows the build's errors)")
+    return text
+
+
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.MULTILINE)
 
 
@@ -186,14 +233,23 @@ class _Library:
             ninja = shutil.which("ninja") or str(Path(sys.executable).parent / "ninja")
             print(f"accelkit: building the C++ layer ({self.name}, "
                   f"{len(self.sources) - len(reused)} files) "
-                  f"for torch {_torch_version()} in {self.dir} (first use; about a minute)",
-                  file=sys.stderr, flush=True)
+                  f"for torch {_torch_version()} in {self.dir} (first use; ~30 s a file per "
+                  "core)", file=sys.stderr, flush=True)
             start = time.monotonic()
-            proc = subprocess.run([ninja, "-C", str(self.dir)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-            if proc.returncode != 0:
+            proc = subprocess.Popen([ninja, "-C", str(self.dir)], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            output = []
+            for line in proc.stdout:  # ninja's "[n/m] ..." as each file is done, with the time
+                output.append(line)
+                if line.startswith("[") and " cxx " not in line:
+                    done = line.split("]", 1)[0] + "]"
+                    what = line.rsplit(" ", 1)[-1].strip()
+                    print(f"accelkit:   {done} {Path(what).name} "
+                          f"({time.monotonic() - start:.0f} s)", file=sys.stderr, flush=True)
+            if proc.wait() != 0:
                 raise RuntimeError(f"building accelkit's C++ layer failed (ninja exit "
-                                   f"{proc.returncode}) in {self.dir}:\n{proc.stdout[-8000:]}")
+                                   f"{proc.returncode}) in {self.dir}:\n"
+                                   f"{''.join(output)[-8000:]}")
             (self.dir / "ok").write_text(f"{time.monotonic() - start:.1f}s\n")
             _prune(self.name, keep=self.dir)
             print(f"accelkit: built the C++ layer in {time.monotonic() - start:.0f} s",

@@ -115,7 +115,12 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         return bool(ext.is_initialized())
 
     def _lazy_init() -> None:
-        """Called by torch before the first tensor on the device."""
+        """Called by torch before the first tensor on the device; with no device here (a host
+        without the card: ``is_available()`` False) it refuses, as torch.cuda does."""
+        if ext.device_count() == 0:
+            raise RuntimeError(
+                f"{name} error: no {name} device is available here (device_count() is 0; "
+                f"torch.{name}.is_available() tells before use)")
         if fork_state.bad:
             raise RuntimeError(
                 f"Cannot re-initialize {name} in forked subprocess. To use {name} with "
@@ -347,6 +352,25 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         they finish, and the host waits only when it reads results or synchronizes."""
         return bool(ext.is_async())
 
+    def _runtime_copy(dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Copy the bytes of ``src`` over those of ``dst`` (contiguous, the same size, on this
+        device or the host) with the runtime's own copy, ``Runtime::copy``: what ``accelkit
+        doctor`` and the conformance checks probe, since the layer's copies may never call it
+        (host-accessible memory is copied by the host)."""
+        for t in (dst, src):
+            if not t.is_contiguous() or t.device.type not in (name, "cpu"):
+                raise ValueError(f"_runtime_copy takes contiguous {name} or cpu tensors, got "
+                                 f"{t.device} (contiguous: {t.is_contiguous()})")
+        nbytes = src.numel() * src.element_size()
+        if dst.numel() * dst.element_size() != nbytes:
+            raise ValueError(f"_runtime_copy: {dst.numel() * dst.element_size()} bytes of dst, "
+                             f"{nbytes} of src")
+
+        def where(t: torch.Tensor) -> int:
+            return -1 if t.device.type == "cpu" else t.device.index
+
+        ext.runtime_copy(dst.data_ptr(), where(dst), src.data_ptr(), where(src), nbytes)
+
     def _is_compiled() -> bool:
         """The extension is built (it is imported)."""
         return True
@@ -356,6 +380,8 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         return f"{name}:{_index(device)}"
 
     names = dict(locals())
+    if not hasattr(ext, "runtime_copy"):  # built on an accelkit without it
+        names.pop("_runtime_copy")
     for private in ("name", "ext", "amp_dtypes", "_OnDevice", "fork_state", "_stat", "_generator",
                     "_index"):
         names.pop(private, None)

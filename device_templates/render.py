@@ -306,6 +306,18 @@ def _extension_mapping(names: Names) -> dict[str, str]:
     return mapping
 
 
+def _settings_mapping(names: Names) -> dict[str, str]:
+    """``${settings_defaults}``: the runtime's and the transport's switches with their defaults,
+    as the mock lists them (``accelkit.backends.mock_spec.SETTINGS_DEFAULTS``, renamed; the
+    mock's fault build has no counterpart), for the spec's ``_settings()``: every report then
+    states the device mode, set or not."""
+    from accelkit.backends.mock_spec import FAULT_BUILD_SWITCH, SETTINGS_DEFAULTS
+
+    pairs = [f'    "{_substitute(k, names, "mock_spec.SETTINGS_DEFAULTS")}": "{v}",'
+             for k, v in SETTINGS_DEFAULTS.items() if k != FAULT_BUILD_SWITCH]
+    return {"settings_defaults": "{\n" + "\n".join(pairs) + "\n}"}
+
+
 def _requirement_mapping(dest: Path | None) -> dict[str, str]:
     """What the generated tox.ini installs: ``${torch_requirement}``, the torch ``accelkit new``
     runs with (an unpinned ``torch`` may pull another, multi-GB build, and the C++ is tied to
@@ -341,7 +353,8 @@ def _requirement_mapping(dest: Path | None) -> dict[str, str]:
 
 def _template_files(names: Names, dest: Path | None) -> dict[str, str]:
     files: dict[str, str] = {}
-    mapping = {**names.mapping(), **_extension_mapping(names), **_requirement_mapping(dest)}
+    mapping = {**names.mapping(), **_extension_mapping(names), **_settings_mapping(names),
+               **_requirement_mapping(dest)}
     for path in sorted(p for p in TEMPLATE_DIR.rglob("*") if p.is_file()):
         if "__pycache__" in path.parts:
             continue

@@ -74,6 +74,14 @@ mod.set_rng_state = lambda new_state, device=None: put(new_state, only_int(devic
 seed_one = mod.manual_seed
 mod.manual_seed = lambda seed: seed_one(int(seed) & 0xFFFFFFFF)
 """, ""),
+    "no_device_here": ("mod.device_count = lambda: 0\nmod.is_available = lambda: False", """
+try:
+    register_accelerator("pydev", mod, strict=True)
+    out["strict"] = "registered"
+except Exception as exc:
+    out["strict"] = f"{type(exc).__name__}: {exc}"
+"""),
+    "unavailable_with_devices": ("mod.is_available = lambda: False", ""),
 }
 
 
@@ -214,6 +222,26 @@ def test_zero_devices_is_an_error_and_stops_the_device_probes(results):
     f = _one(r, "<probes>", r"^RNG and device probes skipped: no usable device$")
     assert f["severity"] == "info"
     assert r["state"]["initialized"] is False
+
+
+def test_no_device_here_is_a_state_and_registration_succeeds(results):
+    """is_available() False with device_count() 0 (a host without the card): no error, so
+    registering at `import torch` works there; the device probes are skipped."""
+    r = json_result(results["no_device_here"])
+    assert r["strict"] == "registered"
+    for which in ("registration", "full"):
+        assert r[which]["ok"], r[which]
+        f = _one(r, "is_available", r"^no device here: is_available\(\) is False and "
+                 r"device_count\(\) is 0$", which)
+        assert f["severity"] == "info"
+    _one(r, "<probes>", r"^RNG and device probes skipped: no usable device$")
+    assert r["state"]["initialized"] is False
+
+
+def test_unavailable_with_devices_present_is_an_error(results):
+    r = json_result(results["unavailable_with_devices"])
+    f = _one(r, "is_available", r"^is_available\(\) returned False, not True$")
+    assert f["severity"] == "error"
 
 
 def test_missing_initialized_attribute_breaks_activation_checkpointing(results):

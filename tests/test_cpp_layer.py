@@ -104,6 +104,7 @@ print(json.dumps({"error": error, "still_works": x.cpu().tolist()}))
     assert ": the mock device (" in out["error"] and "accelkit_mock_C" in out["error"]
     assert "already registered one in this process" in out["error"]
     assert "TORCH_DEVICE_BACKEND_AUTOLOAD=0" in out["error"]
+    assert "twice" not in out["error"]
 
 
 def test_registering_twice_from_one_extension_is_an_error_not_an_abort():
@@ -117,6 +118,11 @@ except RuntimeError as exc:
     error = json_result(proc)
     assert error.startswith("accelkit: cannot register the PrivateUse1 device of second call (")
     assert ": first call (" in error
+    # one extension registering twice is its own mistake: the fix is calling once, not the
+    # autoload switch that separates two extensions
+    assert "this extension calls accelkit::register_device twice. Call it once, from the " \
+           "extension's PYBIND11_MODULE" in error, error
+    assert "AUTOLOAD" not in error
 
 
 def test_registration_is_explicit():

@@ -206,6 +206,19 @@ def test_written_reports_parse(tmp_path):
     assert "**Result: ✅ conformant" in paths[2].read_text()
 
 
+def test_report_md_opens_with_what_did_not_pass():
+    """The first thing report.md says, under its title: each check that fails the run and why."""
+    bad = _report(strict=True)
+    bad.results.append(CheckResult("b.broken", 2, Outcome.CRASH, "rank 1: exit code 3\nlog"))
+    md = reports.to_markdown(bad)
+    assert md.startswith("# PyTorch distributed conformance: `cpu`\n\n**Did not pass (2):**\n\n"
+                         "- `a.fixed@4` ❔ unexpected pass: passed, but expected to fail: x\n"
+                         "- `b.broken@2` 💥 CRASH: rank 1: exit code 3\n"), md
+    assert reports.to_markdown(_report()).startswith(
+        "# PyTorch distributed conformance: `cpu`\n\n**Did not pass:** nothing that ran "
+        "failed.\n")
+
+
 def test_summary_for_unavailable_backend():
     report = _report(unavailable="no CUDA device (torch.cuda.is_available() is False)")
     text = terminal.summary(report)

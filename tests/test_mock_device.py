@@ -45,6 +45,33 @@ if not IN_MOCK_PROCESS:
                                                 "ACCELKIT_AUTOLOAD": ""}))
         assert off == {"has": False}
 
+    def test_no_devices_is_a_state_not_an_error(tmp_path):
+        """ACCELKIT_MOCK_DEVICES=0 (a host without the card): `import torch` with the mock
+        autoloaded works, torch.mock registers and is unavailable, a tensor on it is refused
+        naming the count; `accelkit conformance` reports the backend unavailable, saying why."""
+        env = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "1", "ACCELKIT_AUTOLOAD": "mock",
+               "ACCELKIT_MOCK_DEVICES": "0"}
+        out = json_result(run_python("""
+            import json, torch
+            try:
+                torch.ones(1, device="mock")
+                error = None
+            except RuntimeError as exc:
+                error = str(exc)
+            print(json.dumps([torch._C._get_privateuse1_backend_name(), torch.mock.is_available(),
+                              torch.mock.device_count(), torch.accelerator.device_count(),
+                              torch.ones(2).sum().item(), error]))
+        """, env=env))
+        assert out[:5] == ["mock", False, 0, 0, 2.0]
+        assert "mock error: no mock device is available here (device_count() is 0; " \
+            "torch.mock.is_available() tells before use)" in out[5], out[5]
+        proc = subprocess.run(
+            [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock", "--area",
+             "registration", "--report-dir", str(tmp_path)], capture_output=True, text=True,
+            timeout=300, env={**os.environ, **env, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
+        text = proc.stdout + proc.stderr
+        assert "the mock runtime reports no devices (ACCELKIT_MOCK_DEVICES=0)" in text, text
+
     def test_not_initialized_before_first_use():
         out = json_result(run_python("""
             import json, torch, accelkit.backends.mock
@@ -67,10 +94,8 @@ if not IN_MOCK_PROCESS:
                 "'vendorx' in this process") in proc.stderr
 
     @pytest.mark.parametrize("var,value,message", [
-        ("ACCELKIT_MOCK_DEVICES", "0", "ACCELKIT_MOCK_DEVICES=0 is not a device count: use an "
-                                       "integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
         ("ACCELKIT_MOCK_DEVICES", "65", "ACCELKIT_MOCK_DEVICES=65 is not a device count: use an "
-                                        "integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
+                                        "integer from 0 to 64, e.g. ACCELKIT_MOCK_DEVICES=8"),
         ("ACCELKIT_MOCK_MEMORY", "lots", "ACCELKIT_MOCK_MEMORY=lots is not a memory size: use bytes"
                                          " with an optional unit, e.g. 8GiB, 512MiB, 64MB or "
                                          "1000000"),

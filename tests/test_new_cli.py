@@ -281,3 +281,69 @@ def test_porting_guide_names_existing_checks():
     cited = set(re.findall(pattern, guide))
     assert cited, "the guide cites no check"
     assert not cited - set(CHECKS), f"unknown check ids in docs/porting.md: {cited - set(CHECKS)}"
+
+
+def test_generated_spec_reports_its_device_mode_and_no_device(tmp_path, capsys, monkeypatch):
+    """The generated spec's settings (a report's settings row) name every device-mode switch
+    with its default, set or not; with 0 devices it is unavailable, saying why."""
+    import importlib.util
+
+    dest = tmp_path / "pkg"
+    code, _, err = _new(capsys, "demo", "--dir", str(dest))
+    assert code == 0, err
+    path = dest / "src" / "torch_demo_spec.py"
+    module_spec = importlib.util.spec_from_file_location("torch_demo_spec_probe", path)
+    spec_module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(spec_module)
+    for var in ("DEMO_ASYNC", "DEMO_HOST_ACCESSIBLE", "DEMO_DEVICES"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("DEMO_ASYNC", "1")
+    settings = spec_module.SPEC.settings()
+    assert settings["DEMO_ASYNC"] == "1" and settings["DEMO_HOST_ACCESSIBLE"] == "1"
+    assert {"DEMO_DEVICES", "DEMO_MEMORY", "DEMO_LAUNCH_BLOCKING", "DEMOCCL_CHUNK_BYTES"} \
+        <= set(settings)
+    assert not any("FAULT" in k for k in settings)
+    assert settings["build"].startswith("unknown: no _build.json in ")  # rendered, not built
+    monkeypatch.setenv("DEMO_DEVICES", "0")
+    assert spec_module.SPEC.probe(1) == (False, "the demo runtime reports no devices "
+                                                "(DEMO_DEVICES=0)")
+
+
+def test_porting_guide_counts_are_what_list_prints(capsys, monkeypatch):
+    """The catalogue counts docs/porting.md states (checks run at 2 and at 8 ranks, of all) are
+    what `accelkit conformance --list` prints, never typed by hand and left stale."""
+    monkeypatch.setenv("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+    def listed(*argv: str) -> tuple[int, int]:
+        assert main(["conformance", "--backend", "cpu", "--list", *argv]) == 0
+        out = capsys.readouterr().out
+        return (int(re.search(r"^(\d+) check\(s\)$", out, re.MULTILINE).group(1)),
+                len(re.findall(r"^left out: ", out, re.MULTILINE)))
+
+    total, _ = listed()
+    at_2, left_2 = listed("--world-size", "2")
+    at_8, _ = listed("--world-size", "8")
+    guide = " ".join((Path(__file__).resolve().parent.parent / "docs" / "porting.md")
+                     .read_text().split())
+    words = {1: "one", 2: "two", 3: "three", 4: "four"}
+    assert (f"runs every check written for 2 ranks ({at_2} of {total}: all but the half-group "
+            f"collective and the 3-D mesh) on 2 ranks, and the report names the "
+            f"{words.get(left_2, left_2)} it left out; `--world-size 8` runs the {at_8} written "
+            "for 8") in guide, (total, at_2, at_8)
+
+
+def test_build_record_states_the_build_and_marks_it_stale(tmp_path):
+    """What a generated package's setup.py records and its reports show: when, how long, which
+    sources; STALE once the sources change without a new build being installed."""
+    from accelkit.core.cpp import build_record_text, source_hash, write_build_record
+
+    csrc, package = tmp_path / "csrc", tmp_path / "site" / "torch_demo"
+    (csrc / "kernels").mkdir(parents=True)
+    (csrc / "kernels" / "ops.cpp").write_text("int ok();\n")
+    assert build_record_text(package).startswith("unknown: no _build.json in ")
+    write_build_record(package, csrc, 312.46)
+    text = build_record_text(package)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ in 312\.5 s, sources [0-9a-f]{16}", text)
+    assert text.endswith(source_hash(csrc))
+    (csrc / "kernels" / "ops.cpp").write_text("int broken(\n")
+    assert f"; STALE: {csrc} has changed since (now {source_hash(csrc)})" in build_record_text(package)

@@ -200,6 +200,47 @@ def test_conformance_demo_passes_what_mock_passes(demo, tmp_path):
     assert not regressions, f"pass on mock, not on demo (mock, demo, reason): {regressions}"
 
 
+def test_no_device_keeps_import_torch_and_is_reported_unavailable(demo, tmp_path):
+    """DEMO_DEVICES=0 (a host without the card): `import torch` with torch_demo autoloaded
+    works, torch.demo is unavailable, and `accelkit conformance` reports the backend
+    unavailable with the runtime's reason; its report states the device mode and the build."""
+    env = _env(demo["site"], DEMO_DEVICES="0", TORCH_DEVICE_BACKEND_AUTOLOAD="1")
+    proc = subprocess.run([sys.executable, "-c", "import json, torch; print(json.dumps("
+                           "[torch.demo.is_available(), torch.demo.device_count(), "
+                           "torch.ones(2).sum().item()]))"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert json_result(proc) == [False, 0, 2.0]
+    run = subprocess.run([sys.executable, "-m", "accelkit", "conformance", "--backend", "demo",
+                          "--area", "registration", "--report-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "the demo runtime reports no devices (DEMO_DEVICES=0)" in run.stdout + run.stderr
+    report = (tmp_path / "report.md").read_text()
+    assert "`DEMO_HOST_ACCESSIBLE=1`" in report and "`DEMO_ASYNC=0`" in report
+    assert re.search(r"`build=\d{4}-\d\d-\d\dT[\d:]+Z in [\d.]+ s, sources [0-9a-f]{16}`",
+                     report), report
+
+
+def test_the_report_marks_a_build_older_than_its_sources(demo):
+    """After an edit of csrc/ that was not (or failed to be) built, the installed build is
+    marked STALE in the settings every report shows."""
+    env = _env(demo["site"], TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    code = "from torch_demo_spec import SPEC; print(SPEC.settings()['build'])"
+    kernels = demo["root"] / "torch_demo" / "csrc" / "kernels" / "demo_views.cpp"
+    before = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert before.returncode == 0 and "STALE" not in before.stdout, before.stdout + before.stderr
+    original = kernels.read_text()
+    try:
+        kernels.write_text(original + "int broken(\n")
+        after = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               timeout=120, env=env)
+    finally:
+        kernels.write_text(original)
+    assert f"; STALE: {demo['root'] / 'torch_demo' / 'csrc'} has changed since" in after.stdout, \
+        after.stdout + after.stderr
+
+
 def test_a_broken_install_does_not_block_its_rebuild(demo):
     """An installed torch_demo that fails to load (here: a bad DEMO_DEVICES) breaks
     `import torch` in that environment, as torch's autoload does for any backend; the package's

@@ -209,6 +209,20 @@ def module_to_identity(ctx):
                  "weight after one SGD step of an optimizer built before .to(device)")
 
 
+@check(requires=("accelerator",))
+def runtime_copies(ctx):
+    """Copies host (pageable and pinned) to device, device to host, device to device and to
+    another device, at sizes from 1 byte to 16 MiB + 3 with unaligned offsets, arrive byte for
+    byte, through torch (``Tensor.copy_``) and through the runtime's own ``Runtime::copy``,
+    which the layer never calls where device memory is host memory, so a broken copy of the
+    driver shows in every mode (accelkit.core.checker.check_copies; ``accelkit doctor`` runs it
+    up to 64 MiB)."""
+    from accelkit.core.checker import check_copies
+
+    _, findings = check_copies(ctx.device_type, max_bytes=(16 << 20) + 3)
+    assert not findings, "\n".join(f.render() for f in findings)
+
+
 # Drift checks: behaviours of torch's registration surface that moved, or may move, between
 # releases. Each runs where the installed torch has the feature, and says why not elsewhere.
 

@@ -50,6 +50,21 @@ void bind_device(pybind11::module_& m) {
   m.def("is_initialized", [] { return initialized(); });
   m.def("init", [] { mark_initialized(); });
   m.def("synchronize", [](int64_t index) { runtime().synchronize(resolve_index(index)); });
+  // The runtime's own copy (Runtime::copy), for `accelkit doctor` and the conformance checks
+  // that probe it byte for byte: addresses as integers (Tensor.data_ptr()), a device of -1
+  // (accelkit::kHost) for host memory. Where device memory is host memory the layer computes on
+  // it directly and never calls the runtime's copy: only this reaches it there.
+  m.def("runtime_copy", [](int64_t dst, int64_t dst_device, int64_t src, int64_t src_device,
+                           int64_t nbytes) {
+    TORCH_CHECK(nbytes >= 0, "runtime_copy: nbytes must be >= 0, got ", nbytes);
+    for (const int64_t device : {dst_device, src_device}) {
+      if (device != kHost) check_device_index(device);
+    }
+    py::gil_scoped_release release;
+    runtime().copy(reinterpret_cast<void*>(dst), static_cast<int>(dst_device),
+                   reinterpret_cast<const void*>(src), static_cast<int>(src_device),
+                   static_cast<size_t>(nbytes));
+  });
   m.def("host_accessible", [] { return runtime().host_accessible(); });
   m.def("is_async", [] { return runtime().async(); });
   m.def("empty_cache", [] { DeviceAllocator::get().emptyCache({0, 0}); });

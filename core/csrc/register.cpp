@@ -75,6 +75,15 @@ void register_device(Runtime& runtime, const std::string& origin) {
   std::lock_guard<std::mutex> lock(g_mutex);
   const std::string me = origin + " (" + library_path() + ")";
   const std::string first = registered_origin();
+  const std::string this_library = " (" + library_path() + ")";
+  const bool same_library = first.size() >= this_library.size() &&
+                            first.compare(first.size() - this_library.size(),
+                                          this_library.size(), this_library) == 0;
+  TORCH_CHECK(first.empty() || !same_library, "accelkit: cannot register the PrivateUse1 device "
+              "of ", me, ": ", first, " already registered it: this extension calls "
+              "accelkit::register_device twice. Call it once, from the extension's "
+              "PYBIND11_MODULE (which runs once per process), not from a function the package "
+              "calls again");
   TORCH_CHECK(first.empty(), "accelkit: cannot register the PrivateUse1 device of ", me, ": ",
               first, " already registered one in this process. torch allows one PrivateUse1 "
               "backend per process: load one device extension only (TORCH_DEVICE_BACKEND_"

@@ -19,7 +19,8 @@
 //     exception in queued work is raised, with what failed, by the next synchronizing call.
 //   ACCELKIT_MOCK_LAUNCH_BLOCKING=1: every launch and copy waits for its stream (as
 //     CUDA_LAUNCH_BLOCKING=1), so an error is raised by the call that caused it.
-// Size: ACCELKIT_MOCK_DEVICES (device count, default 8), ACCELKIT_MOCK_MEMORY (capacity per
+// Size: ACCELKIT_MOCK_DEVICES (device count, default 8; 0 models a host without the card, as a
+// driver that finds none: the device registers and is unavailable), ACCELKIT_MOCK_MEMORY (capacity per
 // device, default 8GiB; suffixes B, KB/MB/GB/TB (powers of 1000), K/M/G/T and
 // KiB/MiB/GiB/TiB (powers of 1024)).
 #pragma once
@@ -174,9 +175,9 @@ class MockRuntime final : public accelkit::Runtime {
     if (const char* env = std::getenv("ACCELKIT_MOCK_DEVICES")) {
       char* end = nullptr;
       const long n = std::strtol(env, &end, 10);
-      if (end == env || *end != '\0' || n < 1 || n > 64) {
+      if (end == env || *end != '\0' || n < 0 || n > 64) {
         error_ = std::string("ACCELKIT_MOCK_DEVICES=") + env +
-                 " is not a device count: use an integer from 1 to 64, e.g. ACCELKIT_MOCK_DEVICES=8";
+                 " is not a device count: use an integer from 0 to 64, e.g. ACCELKIT_MOCK_DEVICES=8";
       } else {
         devices_ = static_cast<int>(n);
       }

@@ -1,8 +1,12 @@
 """``accelkit doctor BACKEND``: set the backend up in this process and run the device-handle
 checker on its device, then, for a backend that declares an RNG class other than
 ``unsupported``, a plain random op on the device (it must advance the generator's offset:
-:func:`accelkit.core.checker.check_random_op`), and, for a PrivateUse1 device, list whose kernel
-each op has (accelkit's C++ layer or the vendor's); exit 1 when the report has errors, 2 when the
+:func:`accelkit.core.checker.check_random_op`), then the runtime itself: copies in every
+direction and size compared byte for byte (:func:`accelkit.core.checker.check_copies`, through
+torch and through the runtime's own ``Runtime::copy``) and the waiting calls of an asynchronous
+runtime (:func:`accelkit.core.checker.check_synchronization`), and, for a PrivateUse1 device, list
+whose kernel each op has (accelkit's C++ layer or the vendor's); exit 1 when the report has
+errors, 2 when the
 backend cannot be found, is unavailable on this host (e.g. cuda without a GPU) or cannot be set
 up. It also prints the installed torch (release and build), whether accelkit was verified on it,
 and each private torch API accelkit uses that this torch lacks
@@ -37,7 +41,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"accelkit doctor: cannot set up backend {spec.name!r}: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    from accelkit.core.checker import check_device_handle, check_random_op
+    from accelkit.core.checker import (
+        Finding,
+        check_copies,
+        check_device_handle,
+        check_random_op,
+        check_synchronization,
+    )
     from accelkit.core.torch_internals import render_private_apis
 
     print(f"backend {spec.name!r}: device {spec.device_type!r}, collectives "
@@ -49,6 +59,18 @@ def run(args: argparse.Namespace) -> int:
         report.probes += 1
         report.findings += check_random_op(spec.device_type,
                                            offset_exact=spec.capabilities.rng == "offset-exact")
+    if spec.device_type != "cpu" and report.ok:
+        probes, findings = check_synchronization(spec.device_type)
+        report.probes += probes
+        report.findings += findings
+        if findings:  # the copy probes wait with synchronize(): their verdict would mislead
+            report.findings.append(Finding(
+                "info", "<copy probes>", "copy probes skipped: they rely on synchronize()",
+                "nothing more", "fix the waiting calls above and run the doctor again"))
+        else:
+            probes, findings = check_copies(spec.device_type)
+            report.probes += probes
+            report.findings += findings
     print(report.render())
     if spec.device_type == torch_privateuse1_name():
         print(render_kernels())

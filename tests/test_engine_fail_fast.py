@@ -1,0 +1,52 @@
+"""Fail fast: a crash storm in one area stops that area (one message naming the crashes, the
+first one's output and ``--keep-going``) and the run goes on with the next area; a check's time
+leaves out the backend's build (``spec.prepare()``) and the pool start before it."""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+import engine_env  # noqa: E402
+from accelkit.conformance import loader  # noqa: E402
+from accelkit.conformance.options import Options  # noqa: E402
+from accelkit.conformance.outcomes import Outcome  # noqa: E402
+from accelkit.conformance.plan import Host, make_plan  # noqa: E402
+from accelkit.conformance.runner import CRASH_STORM, Runner  # noqa: E402
+from accelkit.core import registry  # noqa: E402
+
+STORM = str(Path(engine_env.FIXTURES) / "crash_storm_checks.py")
+BUILD_S = 2.0
+
+
+def test_a_crash_storm_stops_its_area_and_builds_are_not_check_time():
+    modules = [STORM, engine_env.CHECKS]
+    checks = loader.select(loader.load(modules, builtin=False),
+                           patterns=["storm.*", "fixture.broadcast"])
+    plan = make_plan(checks, {}, Host(backend="cpu"))
+    # the cpu backend (gloo) with a build that takes BUILD_S, as a first-use C++ build does
+    spec = replace(registry.get("cpu"), prepare=lambda: time.sleep(BUILD_S))
+    report = Runner(spec, Options(modules=modules, builtin=False)).run(plan)
+    outcomes = {r.id: r for r in report.results}
+    assert [outcomes[f"storm.{n}"].outcome for n in ("first", "second", "third")] \
+        == [Outcome.CRASH] * CRASH_STORM
+    for name in ("fourth", "fifth"):
+        stopped = outcomes[f"storm.{name}"]
+        assert stopped.outcome is Outcome.ERROR and stopped.ranks == []
+        assert stopped.reason.startswith(
+            "not run: the rank pool crashed on 3 consecutive checks of area 'storm' "
+            "(storm.first@2, storm.second@2, storm.third@2)"), stopped.reason
+        assert "--keep-going" in stopped.reason
+        assert "The first crash, storm.first@2:" in stopped.reason
+        assert "exit code 3" in stopped.reason
+    assert outcomes["fixture.broadcast"].outcome is Outcome.PASS
+    # one pool start, one after each of the 3 crashes (the last for the next area); not 5
+    assert len(report.pool_starts) == CRASH_STORM + 1
+    first = report.results[0]
+    assert report.pool_starts[0]["prepare_s"] >= BUILD_S
+    assert first.pool_start_s >= BUILD_S + report.pool_starts[0]["seconds"] - 0.01
+    assert first.duration_s < BUILD_S, first.duration_s
+    assert all(s["prepare_s"] == 0.0 for s in report.pool_starts[1:])
