@@ -11,8 +11,10 @@ when this host cannot run that many ranks (with a hint when a smaller size the c
 written for fits). Checks not written for any requested world size are *left out* and named.
 
 A simulated check (``simulated=True``) needs one process whatever its world size: the host is
-not probed for its sizes, it runs at every one of them unless ``--world-size`` picks some, and
-a torchrun launch (whose processes all hold a real process group) SKIPs it.
+not probed for its sizes; a run that names its area (``--area scale``) runs it at every one of
+them, a run of the whole catalogue at its first (the other sizes repeat the same plans, larger:
+one run certifies them, not every mode and release), ``--world-size`` picks sizes; a torchrun
+launch (whose processes all hold a real process group) SKIPs it.
 """
 
 from __future__ import annotations
@@ -70,11 +72,12 @@ class Plan:
 
 
 def make_plan(checks: Sequence[CheckDef], expectations: Mapping[str, Expectation], host: Host,
-              world_sizes: Sequence[int] = ()) -> Plan:
+              world_sizes: Sequence[int] = (), areas: Sequence[str] = ()) -> Plan:
     """The plan for ``checks`` (already selected by area and pattern, in their order).
 
     ``world_sizes`` empty: each check at its own size (or, for a launch, at the launch's size
-    when it is written for it; a simulated check at all of its sizes); otherwise each check
+    when it is written for it; a simulated check of one of ``areas``, the areas the run
+    names, at all of its sizes); otherwise each check
     at every one of those sizes it is written for, the others left out. Steps are ordered
     real before simulated, then by world size, then as given.
     """
@@ -86,7 +89,7 @@ def make_plan(checks: Sequence[CheckDef], expectations: Mapping[str, Expectation
             if not sizes:
                 left_out.append(LeftOut(check.id, check.world_sizes))
             runs += [check.at(n) for n in sizes]
-        elif check.simulated:
+        elif check.simulated and check.area in areas:
             runs += [check.at(n) for n in sorted(check.world_sizes)]
         elif host.launch is not None and check.runs_at(host.launch):
             runs.append(check.at(host.launch))

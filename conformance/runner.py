@@ -239,7 +239,8 @@ def apply_expectation(result: CheckResult, expectation: Expectation | None) -> N
 def plan_session(session: Session) -> tuple[Plan, RunReport]:
     """Probe the host, plan the session's checks, and start its report."""
     host = probe_host(session.spec, session.selected, session.options.world_sizes)
-    plan = make_plan(session.selected, session.expectations, host, session.options.world_sizes)
+    plan = make_plan(session.selected, session.expectations, host, session.options.world_sizes,
+                     session.options.areas)
     report = RunReport.start(session.spec, session.options, unavailable=host.unavailable)
     report.left_out = list(plan.left_out)
     return plan, report

@@ -29,11 +29,15 @@ def _real(cid):
 
 
 def test_a_simulated_check_runs_at_every_size_after_the_real_ones_without_probing_them():
+    """At every size when the run names its area; in a run of the whole catalogue, at its
+    first size."""
     plan = make_plan([_sim("scale.a"), _real("b.c")], {},
-                     Host(backend="b", problems={4: None}))
+                     Host(backend="b", problems={4: None}), areas=["scale", "b"])
     assert [s.key for s in plan.steps] == ["b.c@4", "scale.a@16", "scale.a@64", "scale.a@256",
                                            "scale.a@1024"]
     assert all(s.decided is None for s in plan.steps)  # no "16 devices needed"
+    whole = make_plan([_sim("scale.a"), _real("b.c")], {}, Host(backend="b", problems={4: None}))
+    assert [s.key for s in whole.steps] == ["b.c@4", "scale.a@16"]
 
 
 def test_world_size_picks_simulated_sizes_and_a_launch_skips_them():
