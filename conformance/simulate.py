@@ -30,12 +30,11 @@ def register_fake_backend(device_type: str) -> None:
     """Make torch's fake process group serve ``device_type`` (besides the devices torch
     registers it for); idempotent."""
     import torch.distributed as dist
-    from torch.testing._internal.distributed import fake_pg
 
     devices = list(dist.Backend.backend_capability.get(FAKE, []))
     if device_type not in devices:
-        dist.Backend.register_backend(FAKE, fake_pg._create_fake_pg, extended_api=True,
-                                      devices=[*devices, device_type])
+        dist.Backend.register_backend(FAKE, torch_internals.fake_group_creator(),
+                                      extended_api=True, devices=[*devices, device_type])
 
 
 @contextmanager
@@ -47,7 +46,6 @@ def fake_world(device_type: str, world_size: int, rank: int = 0) -> Iterator[Non
     :func:`accelkit.core.torch_internals.clear_sharding_caches`). Refuses to replace a real
     default group."""
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     if dist.is_initialized():
         raise RuntimeError(
@@ -55,7 +53,8 @@ def fake_world(device_type: str, world_size: int, rank: int = 0) -> Iterator[Non
             f"{dist.get_backend()!r} of {dist.get_world_size()} ranks (run simulated checks "
             "through `accelkit conformance`, which gives them their own worker)")
     register_fake_backend(device_type)
-    dist.init_process_group(FAKE, store=FakeStore(), rank=rank, world_size=world_size)
+    dist.init_process_group(FAKE, store=torch_internals.fake_store(), rank=rank,
+                            world_size=world_size)
     try:
         yield
     finally:

@@ -117,6 +117,11 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.testing._internal.distributed._tensor.common_dtensor",
                "the harness adapted"),
     PrivateAPI("torch.testing._internal.distributed.fake_pg", "the harness adapted"),
+    # simulated checks (conformance/simulate.py, through this module)
+    PrivateAPI("torch.testing._internal.distributed.fake_pg._create_fake_pg",
+               "fake_group_creator: the fake process group of simulated checks"),
+    PrivateAPI("torch.testing._internal.distributed.fake_pg.FakeStore",
+               "fake_store: the fake process group's store"),
 )
 
 
@@ -278,6 +283,22 @@ def preload_distributed() -> None:
     ``torch.distributed.tensor._random``), so its time is not charged to that check."""
     import torch.distributed.device_mesh  # noqa: F401
     import torch.distributed.tensor._random  # noqa: F401
+
+
+def fake_group_creator():
+    """The creator torch registers its fake process group with (backend ``"fake"``):
+    ``torch.testing._internal.distributed.fake_pg._create_fake_pg``."""
+    from torch.testing._internal.distributed import fake_pg
+
+    return fake_pg._create_fake_pg
+
+
+def fake_store():
+    """A store for a fake process group: ``torch.testing._internal.distributed.fake_pg
+    .FakeStore`` (nothing is exchanged)."""
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    return FakeStore()
 
 
 @contextmanager
