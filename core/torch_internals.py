@@ -108,6 +108,16 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.distributed.tensor.placement_types._StridedShard",
                "training: FSDP2 x TP placements"),
     PrivateAPI("torch.utils._python_dispatch.TorchDispatchMode", "training: op tracing"),
+    PrivateAPI("torch.distributed._local_tensor",
+               "scale: LocalTensorMode, every simulated rank's numerics in one process"),
+    PrivateAPI("torch.distributed.tensor._random._PhiloxState",
+               "scale: the RNG tracker's Philox state of every coordinate"),
+    PrivateAPI("torch.distributed.tensor._random._calc_first_shard_size",
+               "scale: the RNG tracker's offsets of every coordinate"),
+    PrivateAPI("torch.distributed.tensor._random._calc_shard_info",
+               "scale: the RNG tracker's shard index of every coordinate"),
+    PrivateAPI("torch.distributed.tensor._utils._compute_local_shape_and_global_offset",
+               "scale: the shard of every coordinate"),
     # accelkit upstream (conformance/upstream/; its harness changes are version-gated in
     # adaptations.py)
     PrivateAPI(f"{_C10D}._register_pg_in_world", "records every process group a test makes"),
