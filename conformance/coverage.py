@@ -34,6 +34,8 @@ C10D: dict[str, str] = {
     "all_reduce(op=MAX)": "takes the maximum",
     "all_reduce(op=AVG)": "averages (a sum divided by the group size)",
     "all_reduce(op=BAND/BOR/BXOR)": "combines integers bitwise",
+    "reduce_scatter_single(op=PREMUL_SUM)": "scales each contribution by the factor before "
+                                            "summing (FSDP2's gradient divide factor)",
     "broadcast(src)": "sends the source rank's tensor",
     "broadcast(group_src)": "takes the source as a rank of the group, not of the world",
     "reduce(dst)": "leaves the result on the destination",

@@ -418,7 +418,7 @@ def fsdp2_ops(ctx):
     assert_equal(avg, total / ws, "all_reduce AVG")
 
 
-@check
+@check(covers=("reduce_scatter_single(op=PREMUL_SUM)",))
 def fsdp2_divide_factor(ctx):
     """FSDP2 with set_gradient_divide_factor(2 x world size) reduce-scatters its gradients with
     ReduceOp.PREMUL_SUM(1/factor): the first step's gradients are half the single-device ones
