@@ -17,7 +17,7 @@ from accelkit.conformance import loader
 #: Checks torch itself refuses on the mock: each SKIPs with a reason starting "unsupported by
 #: torch". torch 2.13 compiles DTensor random ops for CUDA only (docs/compile.md) and has DTensor
 #: sharding rules for CUDA's fused attention ops only (docs/porting.md, Training); its c10d
-#: Backend.Options have no value equality (pytorch/pytorch PR 175571), and TorchComms is not
+#: Backend.Options have no value equality (pytorch/pytorch#175571), and TorchComms is not
 #: installed here.
 TORCH_REFUSES = {"compile.dtensor_random_aot_eager", "compile.dtensor_random_inductor",
                  "training.tp_attention_sdpa", "registration.backend_options_cache_key",

@@ -369,7 +369,7 @@ def dtensor_random(ctx, backend):
                 ctx.skip(f"unsupported by torch {torch.__version__.split('+')[0]}: DTensor "
                          "random ops enter the compiled graph (run_dtensor_rng_op) on CUDA "
                          f"only; on {ctx.device_type} Dynamo stops tracing the RNG tracker "
-                         "under FakeTensorMode (pytorch/pytorch PR 187969 adds XPU); works "
+                         "under FakeTensorMode (pytorch/pytorch#187969 adds XPU); works "
                          "from torch 2.15, where DTensor's dispatch takes that path for the "
                          "current accelerator; eager DTensor random ops are checked in the rng "
                          "area")

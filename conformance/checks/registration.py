@@ -270,8 +270,8 @@ def _backend_options():
 
 @check
 def backend_options_cache_key(ctx):
-    """Where torch's DeviceMesh caches process groups by layout and backend options
-    (pytorch/pytorch PR 175571: _DeviceMeshUniverse, keyed by (_MeshLayout, BackendConfig), with
+    """Where torch.distributed.device_mesh caches process groups by layout and backend options
+    (pytorch/pytorch#175571: _DeviceMeshUniverse, keyed by (_MeshLayout, BackendConfig), with
     operator== and std::hash on c10d::Backend::Options), the options of identical groups of the
     backend compare and hash equal, and options that differ do not: otherwise every
     DeviceMesh unflatten creates its groups again. SKIP, naming the PR, on a torch whose
@@ -280,8 +280,8 @@ def backend_options_cache_key(ctx):
     if options.__eq__ is object.__eq__:
         ctx.skip(f"unsupported by torch {torch.__version__.split('+')[0]}: c10d "
                  "Backend.Options compare by identity, so "
-                 "DeviceMesh has no process-group cache keyed by them (pytorch/pytorch PR "
-                 "175571 adds both); nothing to check on this torch")
+                 "DeviceMesh has no process-group cache keyed by them (pytorch/pytorch#175571 "
+                 "adds both); nothing to check on this torch")
     first, second = options(ctx.spec.collective_backend), options(ctx.spec.collective_backend)
     assert first == second and hash(first) == hash(second), (
         f"two identical {ctx.spec.collective_backend} Backend.Options differ as cache keys")
