@@ -53,7 +53,9 @@ def test_too_few_devices_skip_names_the_world_size_that_fits(tmp_path):
          "--report-dir", str(tmp_path)],
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "ACCELKIT_MOCK_DEVICES": "2", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"})
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    # every check skipped: the run says so and fails (a run where nothing ran is not OK)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert "FAILED: no check ran (2 planned, all skipped" in proc.stdout
     checks = {c["id"]: c for c in json.loads((tmp_path / "report.json").read_text())["checks"]}
     assert checks["collectives.all_reduce_sum"]["outcome"] == "skip"
     assert checks["collectives.all_reduce_sum"]["reason"] == (
