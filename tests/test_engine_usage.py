@@ -122,8 +122,10 @@ def test_unavailable_backend_reports_every_check_and_exits_0(runs):
 
 
 def test_more_ranks_than_devices_is_a_skip(runs):
+    """The check SKIPs; it was the only one, so nothing ran and the run fails saying so."""
     r = runs["too_many_ranks"]
-    assert r["code"] == 0, r["out"] + r["err"]
+    assert r["code"] == 1, r["out"] + r["err"]
+    assert "FAILED: no check ran (1 planned, all skipped" in r["out"]
     first = r["out"].splitlines()[:2]
     assert first[0].startswith("[1/1] SKIP") and "fixture.all_reduce@4" in first[0]
     assert first[1].strip() == "4 devices needed, 2 present"
