@@ -101,7 +101,7 @@ def test_directory_below_a_file(tmp_path, capsys):
     dest = blocker / "pkg"
     code, _, err = _new(capsys, "demo", "--dir", str(dest))
     assert code == 2
-    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 16 files " \
+    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 20 files " \
            f"were written to {dest}" in err
     assert blocker.read_text() == "x"
 
@@ -111,13 +111,15 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     code, out, err = _new(capsys, "demo")
     assert code == 0, err
     dest = tmp_path / "torch_demo"
-    assert f"created torch_demo in {dest} (16 files): device 'demo', collective backend " \
+    assert f"created torch_demo in {dest} (20 files): device 'demo', collective backend " \
            "'democcl'" in out
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == [
         ".gitignore", "MANIFEST.in", "README.md",
         "csrc/demo_device.cpp", "csrc/demo_runtime.h", "csrc/democcl.cpp",
-        "csrc/democcl_reduce.h", "csrc/democcl_shm.h", "csrc/kernels/binary_ops.cpp",
+        "csrc/democcl_collectives.cpp", "csrc/democcl_p2p.cpp", "csrc/democcl_reduce.h",
+        "csrc/democcl_shm.h", "csrc/democcl_staging.h", "csrc/democcl_sync.cpp",
+        "csrc/kernels/binary_ops.cpp",
         "pyproject.toml", "setup.py",
         "src/torch_demo/__init__.py", "src/torch_demo/conformance_expectations.toml",
         "src/torch_demo/democcl.py", "src/torch_demo_spec.py", "tox.ini"]
