@@ -162,7 +162,8 @@ def test_rendered_package(tmp_path, capsys):
             "sorted(glob(\"csrc/kernels/*.cpp\"))") in texts["setup.py"]
     assert "extra_objects=ACCELKIT" in texts["setup.py"]
     assert 'os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"' in texts["setup.py"]
-    assert "CppExtension(\"torch_demo._dccl\", [\"csrc/dccl.cpp\"]" in texts["setup.py"]
+    assert ("CppExtension(\"torch_demo._dccl\", [\"csrc/dccl.cpp\", \"csrc/dccl_collectives.cpp\", "
+            "\"csrc/dccl_p2p.cpp\", \"csrc/dccl_sync.cpp\"]") in texts["setup.py"]
     init = texts["src/torch_demo/__init__.py"]
     assert "device_module = build_device_module(DEVICE_NAME, _C)" in init
     assert 'COLLECTIVE_BACKEND = "dccl"' in init
