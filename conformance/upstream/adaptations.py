@@ -292,7 +292,8 @@ ADAPTATIONS: tuple[Adaptation, ...] = (
         gap="missing before torch 2.14: test files of a newer PyTorch import it (to declare "
             "their classes' hw_classification) and fail to collect on a torch 2.13 harness",
         change="defines the enum's names (GENERIC, ACCELERATOR, CPU, CUDA, MPS, XPU) only; "
-               "nothing filters by them on torch 2.13",
+               "accelkit upstream's plugin then skips classes classified for another device, "
+               "as on later releases",
         torch_versions=_V213, apply=_hardware_classification_names,
         fixed_in=("2.14", "common_utils defines HardwareClassification; accelkit upstream "
                   "then skips classes classified for another device (plugin)")),
