@@ -137,23 +137,27 @@ def side_stream_events(ctx):
 def record_stream(ctx):
     """Tensor.record_stream: a tensor freed on the current stream while a side stream still
     reads it is not handed out again before the side stream is past that point (the caching
-    allocator's stream semantics FSDP2 relies on, torch.Tensor.record_stream). The new tensor's write would otherwise land
-    before the side stream's reads. SKIP on a synchronous device."""
+    allocator's stream semantics FSDP2 relies on, torch.Tensor.record_stream). The side stream
+    reads it behind a queue of other work, so a new tensor given its memory is written before
+    those reads run. SKIP on a synchronous device."""
     _asynchronous_only(ctx)
     handle = _handle(ctx)
+    ones = torch.ones(BIG, device=ctx.device)
     t = torch.full((BIG,), 3.0, device=ctx.device)
     side = handle.Stream()
     side.wait_stream(handle.current_stream())
     with handle.stream(side):
+        busy = _slowly(_slowly(torch.zeros(BIG, device=ctx.device), ones), ones)
         r = t
         for _ in range(CHAIN):
-            r = r + t  # reads t, CHAIN times, on the side stream
+            r = r + t  # reads t, CHAIN times, on the side stream, behind the busy queue
     t.record_stream(side)
     del t
     overwrite = torch.full((BIG,), 7.0, device=ctx.device)  # may not take t's memory yet
     handle.current_stream().wait_stream(side)
     assert_equal(_ends(r), torch.full((2048,), 3.0 * (CHAIN + 1)),
                  "side stream's reads of a tensor freed after record_stream")
+    assert_equal(_ends(busy), torch.full((2048,), float(2 * CHAIN)), "the side stream's queue")
     del overwrite
 
 

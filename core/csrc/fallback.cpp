@@ -468,11 +468,14 @@ bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_
                   int device) {
   torch::jit::Stack outputs;
   if (!plan_outputs(op, *stack, first, device, outputs)) return false;
-  // The arguments, held until the task ran; what the task computes on: their launch-time views.
-  auto held = std::make_shared<torch::jit::Stack>(stack->begin() + first, stack->end());
+  // What the task computes on: the arguments' launch-time views, never the caller's tensors
+  // (a kernel holds pointers, not references: memory freed before the task ran goes back to
+  // its stream's cache, whose later work runs after the task; another stream's reads need
+  // Tensor.record_stream, as on real hardware).
   auto views = std::make_shared<torch::jit::Stack>();
   auto on_device = std::make_shared<std::vector<bool>>();
-  for (const c10::IValue& v : *held) {
+  for (size_t i = first; i < stack->size(); ++i) {
+    const c10::IValue& v = (*stack)[i];
     device_flags(v, *on_device);
     views->push_back(map_tensors(v, at_launch));
   }
@@ -481,7 +484,7 @@ bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_
   const bool zero_copy = runtime().host_accessible();
   // The op's name lives as long as its registration (the process), as `what` must.
   runtime().launch(device, current_stream(device), op.operator_name().name.c_str(),
-                   [op, held, views, on_device, outs, zero_copy, device] {
+                   [op, views, on_device, outs, zero_copy, device] {
     Task task{zero_copy, device, {}};
     torch::jit::Stack host;
     host.reserve(views->size());

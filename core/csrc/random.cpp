@@ -88,9 +88,9 @@ at::Tensor& fill(at::Tensor& self, const std::optional<at::Generator>& gen, cons
   if (self.numel() == 0) return self;
   const int device = self.device().index();
   at::Tensor view = host_view(self);  // the memory self has now, as a kernel launch takes it
-  if (runtime().async()) {  // the kernel, on the current stream; it holds self too
+  if (runtime().async()) {  // the kernel, on the current stream; it holds the pointer only
     runtime().launch(device, current_stream(device), "random",
-                     [self, view, device, seed, offset, f] {
+                     [view, device, seed, offset, f] {
                        fill_in_order(view, device, seed, offset, f);
                      });
   } else {
