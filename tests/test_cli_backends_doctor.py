@@ -172,3 +172,44 @@ def test_doctor_probes_that_a_device_random_op_advances_the_offset(kernel):
     assert ("[ERROR] <random op>: torch.rand(64, device='mock:0') left the generator at (seed, "
             "offset) (") in proc.stdout
     assert "expected seed" in proc.stdout and "and an offset above" in proc.stdout
+
+
+def _doctor_on_fault_build(fault: str, **mode: str) -> subprocess.CompletedProcess:
+    """``accelkit doctor mock`` on the mock's fault build (tests/test_mutants.py) with
+    ACCELKIT_FAULT=fault in the mock's mode ``mode`` (its environment switches)."""
+    env = {**os.environ, "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "OMP_NUM_THREADS": "1",
+           "ACCELKIT_MOCK_FAULTS": "1", "ACCELKIT_FAULT": fault, **mode}
+    return subprocess.run([sys.executable, "-m", "accelkit", "doctor", "mock"],
+                          capture_output=True, text=True, timeout=900, env=env)
+
+
+@pytest.mark.parametrize("mode", [{}, {"ACCELKIT_MOCK_ASYNC": "1"},
+                                  {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0"}],
+                         ids=["default", "async", "discrete"])
+def test_doctor_names_a_runtime_copy_that_drops_half_of_large_transfers(mode):
+    """The runtime's copy loses half of each device-to-host transfer above 1 MiB: in the
+    default mode the layer never calls it (host memory is copied by the host) and only the
+    doctor's own probe of Runtime::copy sees it; in the discrete and asynchronous modes torch's
+    copies take it too. Each finding names the function, direction and size."""
+    proc = _doctor_on_fault_build("copy_drops_half_above_1mib", **mode)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("[ERROR] Runtime::copy: Runtime::copy device→pageable host of 1048583 bytes (offset "
+            "0): ") in proc.stdout, proc.stdout
+    assert "Runtime::copy device→pinned host of 67108865 bytes" in proc.stdout
+    assert "of 1048576 bytes" not in proc.stdout  # 1 MiB itself is copied whole
+    if mode:  # discrete or asynchronous: torch's copies go through the runtime's too
+        assert "[ERROR] Tensor.copy_: Tensor.copy_ device→pageable host of 1048583" in proc.stdout
+    else:  # synchronous host memory: only the doctor's probe of the runtime reaches it
+        assert "Tensor.copy_" not in proc.stdout and "host→device" not in proc.stdout
+
+
+def test_doctor_names_a_synchronize_that_does_not_wait():
+    """An asynchronous runtime whose synchronize() returns at once: the doctor says so, naming
+    synchronize; the same build without the fault is OK (the control)."""
+    proc = _doctor_on_fault_build("synchronize_noop", ACCELKIT_MOCK_ASYNC="1")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert ("[ERROR] synchronize: synchronize() returned while the current stream still had "
+            "queued work") in proc.stdout, proc.stdout
+    control = _doctor_on_fault_build("", ACCELKIT_MOCK_ASYNC="1")
+    assert control.returncode == 0, control.stdout + control.stderr
+    assert "0 ERROR" in control.stdout

@@ -44,6 +44,8 @@ CATCHERS: dict[str, tuple[str, ...]] = {
     "seed_truncated_to_32_bits": ("rng.seed_width",),
     "elapsed_time_zero": ("streams.event_timing",),
     "p2p_ignores_tags": ("collectives.p2p_tags_out_of_order",),
+    "copy_drops_half_above_1mib": ("registration.runtime_copies",),
+    "synchronize_noop": ("streams.device_handle_streams",),
 }
 
 WORLD_SIZE = 2

@@ -58,6 +58,11 @@ const std::vector<Fault>& all() {
       {"elapsed_time_zero", "Event.elapsed_time is always 0.0 (events carry no timestamps)"},
       {"p2p_ignores_tags",
        "send/recv ignore the tag: a recv takes the peer's next message, whatever its tag"},
+      {"copy_drops_half_above_1mib",
+       "the runtime's device-to-host copy moves only the first half of transfers above 1 MiB "
+       "(never used by the layer where device memory is host memory)"},
+      {"synchronize_noop",
+       "the runtime's synchronize() returns without waiting for the device's queued work"},
   };
   return faults;
 }

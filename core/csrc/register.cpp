@@ -6,6 +6,7 @@
 #include <accelkit/register.h>
 
 #include "allocator.h"
+#include "faulty_runtime.h"
 #include "registry.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -71,7 +72,7 @@ bool detail::KernelTable::has_kernel(const char* name) {
   return handle->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1);
 }
 
-void register_device(Runtime& runtime, const std::string& origin) {
+void register_device(Runtime& vendor_runtime, const std::string& origin) {
   std::lock_guard<std::mutex> lock(g_mutex);
   const std::string me = origin + " (" + library_path() + ")";
   const std::string first = registered_origin();
@@ -92,6 +93,11 @@ void register_device(Runtime& runtime, const std::string& origin) {
               "accelkit: cannot register the PrivateUse1 device of ", me, ": another PrivateUse1 "
               "backend (named '", c10::get_privateuse1_backend(), "') already registered its "
               "hooks in this process; torch allows one PrivateUse1 backend per process");
+#ifdef ACCELKIT_FAULTS
+  Runtime& runtime = faults::with_faults(vendor_runtime);
+#else
+  Runtime& runtime = vendor_runtime;
+#endif
   detail::install_runtime(runtime);
 
   g_origin = new std::string(me);
