@@ -439,6 +439,35 @@ else:
         drawn = u.cpu()
         assert 0.0 <= drawn.min().item() and drawn.max().item() < 1.0 and drawn.std().item() > 0.2
 
+    def test_ops_whose_composite_kernel_reads_memory_run_as_cpu_ops():
+        """Ops whose composite kernel is the CPU's implementation (it reads tensor memory on the
+        host: _grid_sampler_2d_cpu_fallback and its backward, _saturate_weight_to_fp16) give
+        the CPU's values on mock inputs still being produced behind a sleep: run on the device
+        tensors directly they crashed on discrete memory and, on an asynchronous device, read
+        the inputs before their producers ran."""
+        import warnings
+
+        from accelkit.backends.mock import _C
+
+        image, grid = torch.randn(1, 2, 5, 5), torch.rand(1, 3, 3, 2) * 2 - 1
+        weight = torch.tensor([[1e6, -1e6], [0.5, 3.0]])
+        x, g, w = image.to("mock"), grid.to("mock"), weight.to("mock")
+        _C._sleep(300)
+        x, g, w = x * 2, g * 0.5, w * 2  # the inputs, produced behind the sleep
+        image, grid, weight = image * 2, grid * 0.5, weight * 2
+        sampler = torch.ops.aten._grid_sampler_2d_cpu_fallback
+        out = sampler(x, g, 0, 0, False)
+        torch.testing.assert_close(out.cpu(), sampler(image, grid, 0, 0, False))
+        backward = torch.ops.aten._grid_sampler_2d_cpu_fallback_backward
+        grads = backward(torch.ones_like(out), x, g, 0, 0, False)
+        expected = backward(torch.ones(out.shape), image, grid, 0, 0, False)
+        for got, want in zip(grads, expected):
+            torch.testing.assert_close(got.cpu(), want)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "FOUND weight out of range": what it saturates
+            saturate = torch.ops.aten._saturate_weight_to_fp16
+            torch.testing.assert_close(saturate(w).cpu(), saturate(weight))
+
     def test_a_queued_op_computes_on_the_memory_its_arguments_had_at_the_call():
         """FSDP2 frees an unsharded parameter (untyped_storage().resize_(0)) right after queueing
         the ops that read it: a queued op computes on the memory the tensor had when the op

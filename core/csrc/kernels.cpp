@@ -3,6 +3,7 @@
 // convolutions (torch sends non-CPU/CUDA backends to the *_overrideable ops), and the
 // PrivateUse1 hooks torch implements as ops (_has_compatible_shallow_copy_type,
 // _fused_sdp_choice). Everything else goes through the fallback (fallback.cpp).
+#include <accelkit/fallback.h>
 #include <accelkit/host_tensor.h>
 
 #include "allocator.h"
@@ -319,6 +320,17 @@ void detail::register_kernels(KernelTable& m) {
   m.impl("_has_compatible_shallow_copy_type", TORCH_FN(has_compatible_shallow_copy_type));
   m.impl("_fused_sdp_choice", TORCH_FN(fused_sdp_choice));
   m.impl("record_stream", TORCH_FN(record_stream));
+  // Ops whose composite kernel is the CPU's implementation itself: it reads tensor memory on
+  // the host instead of calling ops that dispatch, so on a PrivateUse1 tensor it would read
+  // device memory directly (a crash on discrete memory; values from before the queued
+  // producers ran on an asynchronous device). The boxed fallback runs them as the CPU ops they
+  // are, in stream order. (grid_sampler takes _grid_sampler_2d_cpu_fallback for devices
+  // without a kernel of their own, aten/src/ATen/native/GridSampler.cpp; fbgemm's fp16 linear
+  // path calls _saturate_weight_to_fp16, aten/src/ATen/native/QuantizedLinear.cpp.)
+  for (const char* name : {"_grid_sampler_2d_cpu_fallback", "_grid_sampler_2d_cpu_fallback.out",
+                           "_grid_sampler_2d_cpu_fallback_backward", "_saturate_weight_to_fp16"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
+  }
 }
 
 }  // namespace accelkit
