@@ -177,6 +177,40 @@ def test_abort_while_threads_issue_collectives(scenario):
         assert done == 4 * 40, (rank, stress)
 
 
+def test_abort_interrupts_a_collective_waiting_for_its_producers():
+    """Asynchronous mock: an all_reduce issued behind 30 s of queued work on the caller's
+    stream waits, on the glue's worker, for that work (its inputs' producers); abort() returns
+    within seconds and the Work completes with an error naming that wait (an Event.synchronize()
+    there kept abort() joining the worker until the stream got there)."""
+    from conftest import json_result, run_python
+
+    out = json_result(run_python("""
+        import json, os, time
+        import torch, torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+        import accelkit.backends.mock
+        from accelkit.backends.mock import _C
+
+        dist.init_process_group("mock:mockccl", store=dist.HashStore(), rank=0, world_size=1)
+        x = torch.ones(4, device="mock")
+        dist.all_reduce(x)
+        torch.mock.synchronize()
+        _C._sleep(30000)
+        work = dist.all_reduce(x, async_op=True)
+        time.sleep(0.3)
+        start = time.monotonic()
+        c10d._abort_process_group()
+        seen = {"abort_s": time.monotonic() - start, "completed": work.is_completed(),
+                "error": str(work.exception())}
+        print(json.dumps(seen), flush=True)
+        os._exit(0)  # the stream still sleeps: do not wait for it at exit
+    """, env={"ACCELKIT_MOCK_ASYNC": "1"}, timeout=300))
+    assert out["abort_s"] < 5.0, out
+    assert out["completed"] is True, out
+    assert "waiting for the queued work that produces its inputs" in out["error"], out
+    assert "aborted" in out["error"], out
+
+
 if __name__ == "__main__":
     try:
         rank_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

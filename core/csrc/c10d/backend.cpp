@@ -801,7 +801,7 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
       try {
         c10::OptionalDeviceGuard guard(device);
         if (ready) {
-          ready->synchronize();
+          wait_for_producers(*ready, call);
           // The glue's own device work (staging copies, AVG's division) goes on the worker's
           // stream, which is drained before the Work completes.
           const c10::Stream own = worker.stream(*device);
@@ -834,6 +834,33 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
     throw;
   }
   return work;
+}
+
+void TransportBackend::wait_for_producers(const c10::Event& ready, const CallInfo& call) const {
+  // Polled, with a pause growing to 1 ms: an event has no wait that another thread can
+  // interrupt (Event.synchronize() would block until the stream got there, however long).
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(10);
+  while (!ready.query()) {
+    if (closed_) {
+      C10_THROW_ERROR(DistBackendError,
+                      name_ + ": " + call.name + " (collective #" + std::to_string(call.seq) +
+                          ") was waiting for the queued work that produces its inputs when the "
+                          "process group was aborted or shut down on rank " +
+                          std::to_string(rank_) + " with it in flight");
+    }
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (call.timeout.count() > 0 && waited > call.timeout) {
+      C10_THROW_ERROR(DistBackendError,
+                      name_ + ": " + call.name + " (collective #" + std::to_string(call.seq) +
+                          ") timed out after " + std::to_string(call.timeout.count()) +
+                          " ms on rank " + std::to_string(rank_) + " waiting for the queued "
+                          "work that produces its inputs (a stream that never gets there: a "
+                          "wait on an event or collective that cannot complete)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
 }
 
 OrderedWorker& TransportBackend::p2p_worker(int peer, bool sending) {

@@ -282,6 +282,10 @@ class TransportBackend : public ::c10d::Backend {
   OrderedWorker& callback_worker();
   // shutdown() and abort(): abort the transport when `force` or operations are in flight.
   void close(bool force, const char* why);
+  // Asynchronous device: block the worker until `ready` (recorded after the work that
+  // produces the call's inputs) completed, or raise once the group is closed or the call's
+  // timeout passed: a stream that never gets there cannot keep abort() waiting.
+  void wait_for_producers(const c10::Event& ready, const CallInfo& call) const;
 
   const Connect connect_;
   std::unique_ptr<Transport> transport_;
