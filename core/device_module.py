@@ -379,12 +379,22 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         """``"<name>:<index>"``."""
         return f"{name}:{_index(device)}"
 
-    names = dict(locals())
-    if not hasattr(ext, "runtime_copy"):  # built on an accelkit without it
-        names.pop("_runtime_copy")
-    for private in ("name", "ext", "amp_dtypes", "_OnDevice", "fork_state", "_stat", "_generator",
-                    "_index"):
-        names.pop(private, None)
+    # What the module exports, named here (a helper defined above stays private).
+    public = (
+        is_available, is_initialized, init, device_count, current_device, set_device, device,
+        device_of, synchronize, get_rng_state, set_rng_state, get_rng_state_all,
+        set_rng_state_all, manual_seed, manual_seed_all, seed, seed_all, initial_seed,
+        memory_stats, reset_peak_memory_stats, reset_accumulated_memory_stats,
+        reset_max_memory_allocated, mem_get_info, empty_cache, Stream, Event, current_stream,
+        default_stream, set_stream, StreamContext, stream, get_amp_supported_dtype,
+        is_bf16_supported, host_accessible, is_async, get_device_name,
+    )
+    # The private names torch reads on a device module (torch.cuda's): _lazy_init before the
+    # first tensor, _is_in_bad_fork from DataLoader workers, _initialized through __getattr__,
+    # _is_compiled; and accelkit's _runtime_copy, where the extension has it.
+    private = (_lazy_init, _is_in_bad_fork, __getattr__, _is_compiled,
+               *((_runtime_copy,) if hasattr(ext, "runtime_copy") else ()))
+    names = {f.__name__: f for f in (*public, *private)}
     names.update(
         memory_allocated=_stat("allocated_bytes.all.current"),
         max_memory_allocated=_stat("allocated_bytes.all.peak"),

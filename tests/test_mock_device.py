@@ -306,6 +306,16 @@ else:
         del big
         torch.mock.empty_cache()
 
+    def test_device_module_exports_torch_cuda_names_only():
+        """torch.mock's public names are torch.cuda's (the cuda-like contract torch's
+        distributed stack calls), get_amp_supported_dtype (what torch.autocast asks a
+        PrivateUse1 module, torch/amp/autocast_mode.py) and the two accelkit adds to say the
+        device's mode; a helper of the module's builder never becomes public API."""
+        public = {k for k in vars(torch.mock) if not k.startswith("_")}
+        extra = {"get_amp_supported_dtype", "host_accessible", "is_async"}
+        assert public - set(dir(torch.cuda)) == extra
+        assert set(torch.mock.__all__) == public
+
     def test_streams_and_events():
         s = torch.mock.Stream()
         assert isinstance(s, torch.Stream) and isinstance(s, torch.mock.Stream)
