@@ -1,0 +1,123 @@
+// The c10d glue's Work and the ordered worker threads that run its operations
+// (<accelkit/c10d/backend.h>: QueuedWork, OrderedWorker).
+#include <accelkit/c10d/backend.h>
+
+#include "../faults.h"
+#include "device_streams.h"
+
+#include <c10/util/Exception.h>
+
+namespace accelkit::c10d {
+
+using detail::async_device;
+using detail::current_stream_of;
+
+// -- QueuedWork ---------------------------------------------------------------------------------
+
+QueuedWork::QueuedWork(int rank, ::c10d::OpType type, const char* name, uint64_t seq,
+                       std::vector<at::Tensor> outputs, std::optional<c10::Device> device)
+    : ::c10d::Work(rank, type, nullptr),
+      name_(name),
+      seq_(seq),
+      outputs_(std::move(outputs)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))),
+      device_(device) {}
+
+bool QueuedWork::wait(std::chrono::milliseconds timeout) {
+  if (!async_device(device_)) return ::c10d::Work::wait(timeout);
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("work_wait_unordered")) return true;
+#endif
+  const c10::Stream stream = current_stream_of(*device_);
+  const std::string what = "waiting for " + name_;
+  device_runtime()->launch(device_->index(), stream.id(), what.c_str(),
+                           [completion = completion_] {
+                             std::unique_lock<std::mutex> lock(completion->mutex);
+                             completion->cv.wait(lock, [&] { return completion->done; });
+                             if (completion->error) std::rethrow_exception(completion->error);
+                           });
+  return true;
+}
+
+int QueuedWork::sourceRank() const {
+  // The peer is host state, known once the recv ran: on an asynchronous device wait() only
+  // ordered the caller's stream, so block here until the operation finished, as
+  // dist.recv(src=None) needs the rank it returns.
+  {
+    std::unique_lock<std::mutex> lock(completion_->mutex);
+    completion_->cv.wait(lock, [&] { return completion_->done; });
+    if (completion_->error) std::rethrow_exception(completion_->error);
+  }
+  TORCH_CHECK(source_rank_ >= 0,
+              "sourceRank() is only defined for a completed recv from any source");
+  return source_rank_;
+}
+
+void QueuedWork::complete(std::exception_ptr error) {
+  finish(error);  // first: is_completed() holds once a stream's wait for it has passed
+  {
+    std::lock_guard<std::mutex> lock(completion_->mutex);
+    completion_->done = true;
+    completion_->error = error;
+  }
+  completion_->cv.notify_all();
+}
+
+void QueuedWork::complete_future(std::exception_ptr error) {
+  if (error) {
+    future_->setError(error);
+  } else {
+    future_->markCompleted(c10::IValue(outputs_));
+  }
+}
+
+// -- OrderedWorker ------------------------------------------------------------------------------
+
+OrderedWorker::OrderedWorker() : thread_([this] { loop(); }) {}
+
+OrderedWorker::~OrderedWorker() { stop(); }
+
+void OrderedWorker::submit(std::function<void()> job) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stopping_, "the process group was shut down; create a new one");
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+void OrderedWorker::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable() && thread_.get_id() != std::this_thread::get_id()) thread_.join();
+}
+
+c10::Stream OrderedWorker::stream(c10::Device device) {
+  auto it = streams_.find(device.index());
+  if (it == streams_.end()) {
+    it = streams_.emplace(device.index(),
+                          c10::impl::getDeviceGuardImpl(device.type())->getNewStream(device))
+             .first;
+  }
+  return it->second;
+}
+
+void OrderedWorker::loop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+}  // namespace accelkit::c10d
