@@ -471,7 +471,7 @@ else:
         backward = torch.ops.aten._grid_sampler_2d_cpu_fallback_backward
         grads = backward(torch.ones_like(out), x, g, 0, 0, False)
         expected = backward(torch.ones(out.shape), image, grid, 0, 0, False)
-        for got, want in zip(grads, expected):
+        for got, want in zip(grads, expected, strict=True):
             torch.testing.assert_close(got.cpu(), want)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "FOUND weight out of range": what it saturates
