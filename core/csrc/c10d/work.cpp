@@ -1,5 +1,7 @@
 // The c10d glue's Work and the ordered worker threads that run its operations
 // (<accelkit/c10d/backend.h>: QueuedWork, OrderedWorker).
+#include <Python.h>  // sourceRank() lets go of the GIL while it waits
+
 #include <accelkit/c10d/backend.h>
 
 #include "../faults.h"
@@ -43,10 +45,16 @@ bool QueuedWork::wait(std::chrono::milliseconds timeout) {
 int QueuedWork::sourceRank() const {
   // The peer is host state, known once the recv ran: on an asynchronous device wait() only
   // ordered the caller's stream, so block here until the operation finished, as
-  // dist.recv(src=None) needs the rank it returns.
+  // dist.recv(src=None) needs the rank it returns. Without Python's GIL (torch's binding of
+  // _source_rank keeps it): the worker that completes the recv may first need it, to free
+  // the tensors of an earlier operation whose Work it drops.
   {
+    PyThreadState* released =
+        Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
     std::unique_lock<std::mutex> lock(completion_->mutex);
     completion_->cv.wait(lock, [&] { return completion_->done; });
+    lock.unlock();
+    if (released != nullptr) PyEval_RestoreThread(released);
     if (completion_->error) std::rethrow_exception(completion_->error);
   }
   TORCH_CHECK(source_rank_ >= 0,
