@@ -343,31 +343,6 @@ else:
         torch.accelerator.synchronize()
 
 
-    def test_streams_come_from_a_bounded_pool():
-        """New streams come round-robin from a pool of 32 per device, as CUDA's
-        (c10/cuda/CUDAStream.cpp, getStreamFromPool): 100 streams have 32 distinct ids, none
-        the default stream's, and running work on 200 streams leaves the process with as many
-        threads as running it on the first 100 (an asynchronous mock serves each stream with a
-        worker thread: ids never recycled would grow them without bound)."""
-        ids = {torch.mock.Stream().stream_id for _ in range(100)}
-        assert len(ids) == 32 and 0 not in ids, sorted(ids)
-        x = torch.zeros(4, device="mock")
-
-        def run_on_new_streams(n):
-            nonlocal x
-            for _ in range(n):
-                s = torch.mock.Stream()
-                s.wait_stream(torch.mock.current_stream())
-                with torch.mock.stream(s):
-                    x = x + 1
-                torch.mock.current_stream().wait_stream(s)
-
-        run_on_new_streams(100)
-        threads = len(os.listdir("/proc/self/task"))
-        run_on_new_streams(100)
-        assert len(os.listdir("/proc/self/task")) == threads
-        assert torch.equal(x.cpu(), torch.full((4,), 200.0))
-
     def test_work_is_queued_on_streams():
         """Asynchronous mock: a call returns before its kernel ran (the stream is busy), work on
         a stream runs in order, another stream sees it only after waiting on an event, and

@@ -57,19 +57,13 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT, {kDeviceType, resolve(d)});
   }
-  // Streams come round-robin from a pool of kPoolSize per device, however many the program
-  // asks for, as CUDA's do (c10/cuda/CUDAStream.cpp, getStreamFromPool; CUDAGuardImpl's
-  // getNewStream takes from the same pool): stream ids are recycled and the runtime serves a
-  // bounded number of streams (the mock: one worker thread each).
   c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
-    return from_pool(resolve(d));
+    static std::atomic<int64_t> next{0};
+    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, resolve(d)}, 1 + (next++ % kPoolSize));
   }
   c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    return from_pool(resolve(d));
-  }
-  static c10::Stream from_pool(c10::DeviceIndex index) {
-    static std::atomic<int64_t> next{0};
-    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, index}, 1 + (next++ % kPoolSize));
+    static std::atomic<int64_t> next{kPoolSize + 1};
+    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, resolve(d)}, next++);
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     const int index = resolve_index(s.device_index());
