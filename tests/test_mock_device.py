@@ -99,11 +99,54 @@ if not IN_MOCK_PROCESS:
         ("ACCELKIT_MOCK_MEMORY", "lots", "ACCELKIT_MOCK_MEMORY=lots is not a memory size: use bytes"
                                          " with an optional unit, e.g. 8GiB, 512MiB, 64MB or "
                                          "1000000"),
+        ("ACCELKIT_MOCK_SCHEDULE", "soon", "ACCELKIT_MOCK_SCHEDULE=soon is not a seed: use a "
+                                           "non-negative integer (e.g. ACCELKIT_MOCK_SCHEDULE=7), "
+                                           "or off"),
+        ("ACCELKIT_MOCK_SCHEDULE", "7", "ACCELKIT_MOCK_SCHEDULE=7 orders the streams of the "
+                                        "asynchronous mode: set ACCELKIT_MOCK_ASYNC=1 with it"),
     ])
     def test_bad_configuration(var, value, message):
         proc = run_python("import accelkit.backends.mock", env={var: value})
         assert proc.returncode != 0
         assert f"ValueError: {message}" in proc.stderr
+
+    #: A program with an ordering bug: a side stream reads what the default stream writes,
+    #: without waiting for it. Each round keeps the device busy first (long enough for a
+    #: loaded host to queue both launches), so both are queued when the device picks the next
+    #: stream; prints which value each round read.
+    MISSING_STREAM_WAIT = """
+        import torch, accelkit.backends.mock
+        from accelkit.backends.mock import _C
+        x = torch.zeros(1 << 12, device="mock")
+        side = torch.mock.Stream()
+        seen = ""
+        for _ in range(10):
+            x.zero_()
+            torch.mock.synchronize()
+            _C._sleep(200)
+            x.fill_(1)
+            with torch.mock.stream(side):
+                y = x + 1  # no side.wait_stream(torch.mock.current_stream())
+            torch.mock.synchronize()
+            seen += str(int(y[0].item()))
+        print(seen)
+    """
+
+    def test_a_seeded_schedule_reproduces_an_ordering_bug():
+        """ACCELKIT_MOCK_SCHEDULE=<seed>: one worker runs every stream in an order drawn from
+        the seed. A program missing a stream wait reads the old value in some rounds and the
+        new one in others, and the same seed gives the same rounds each time it runs: a race
+        found under a seed is reproduced with it."""
+        def rounds(seed: int) -> str:
+            proc = run_python(MISSING_STREAM_WAIT, env={"ACCELKIT_MOCK_ASYNC": "1",
+                                                        "ACCELKIT_MOCK_SCHEDULE": str(seed)})
+            assert proc.returncode == 0, proc.stderr
+            return proc.stdout.strip()
+
+        first, again, other = rounds(3), rounds(3), rounds(4)
+        assert first == again, "the same seed scheduled the streams differently"
+        assert set(first + other) == {"1", "2"}, (first, other)
+        assert first != other
 
     def test_device_count_and_capacity_from_environment():
         out = json_result(run_python("""
@@ -365,6 +408,37 @@ else:
             side.wait_event(done)
             d = c + c
             assert d.cpu().sum().item() == 2 * (1 << 16)
+
+    def test_streams_hold_no_thread_while_they_wait():
+        """Asynchronous mock: streams run on a fixed set of worker threads (a stream costs a
+        queue, not a thread), and a stream waiting on an event holds none of them: with 32
+        streams waiting for an event behind a busy default stream, another stream's work still
+        runs, and every waiting stream finishes once the event completes."""
+        from accelkit.backends.mock import _C
+
+        if not torch.mock.is_async():
+            return
+        threads = lambda: len(os.listdir("/proc/self/task"))  # noqa: E731
+        before = threads()
+        x = torch.ones(1024, device="mock")
+        torch.mock.synchronize()
+        _C._sleep(300)
+        gate = torch.mock.Event()
+        gate.record()
+        outs = []
+        for _ in range(32):
+            waiting = torch.mock.Stream()
+            with torch.mock.stream(waiting):
+                waiting.wait_event(gate)
+                outs.append(x * 2)
+        free = torch.mock.Stream()
+        with torch.mock.stream(free):
+            y = x + x
+        free.synchronize()
+        assert not gate.query(), "a stream ran only after the waiting streams were resumed"
+        torch.mock.synchronize()
+        assert all(o.sum().item() == 2048 for o in outs) and y.sum().item() == 2048
+        assert threads() - before <= 8, f"{threads() - before} threads for 34 streams"
 
     def test_record_stream_keeps_memory_from_reuse():
         """A block another stream still reads is not handed out again before that stream has

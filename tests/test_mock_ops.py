@@ -1,8 +1,10 @@
 """The mock device's ops against the CPU: the zero-copy fallback (elementwise, reductions,
-views, indexing, matmul, in-place, out=, non-contiguous inputs), copies and autograd.
-The module registers the mock, so it runs in a pytest subprocess of its own; with
-ACCELKIT_MOCK_HOST_ACCESSIBLE=0 it runs a second time through the copying paths a discrete
-device takes (at::native::cpu_fallback, staged copies)."""
+views, indexing, matmul, in-place, out=, non-contiguous inputs), copies, autograd, and the
+classes of ops that bypass the fallback (fused RNN cells, zero tensors, composite kernels
+that assume CPU or CUDA). The module registers the mock, so it runs in a pytest subprocess of
+its own; with ACCELKIT_MOCK_HOST_ACCESSIBLE=0 it runs a second time through the copying paths
+a discrete device takes (at::native::cpu_fallback, staged copies), and a third time as a
+discrete asynchronous device (every op queued on a stream)."""
 
 from __future__ import annotations
 
@@ -10,11 +12,12 @@ import pytest
 from conftest import IN_MOCK_PROCESS, run_module_with_mock
 
 if not IN_MOCK_PROCESS:
-    @pytest.mark.parametrize("host_accessible", ["1", "0"])
-    def test_in_own_process(host_accessible):
+    @pytest.mark.parametrize("host_accessible,asynchronous", [("1", "0"), ("0", "0"), ("0", "1")],
+                             ids=["default", "discrete", "discrete-async"])
+    def test_in_own_process(host_accessible, asynchronous):
         """Registering the mock claims PrivateUse1 for the whole process: run this module's
-        tests in a fresh interpreter (zero-copy, then copying runtime paths)."""
-        run_module_with_mock(__file__, host_accessible)
+        tests in a fresh interpreter (zero-copy, copying, then queued runtime paths)."""
+        run_module_with_mock(__file__, host_accessible, ACCELKIT_MOCK_ASYNC=asynchronous)
 else:
     import accelkit.backends.mock  # noqa: F401
     import torch
@@ -294,3 +297,57 @@ else:
                 opt.step()
         for p_cpu, p in zip(model_cpu.parameters(), model.parameters(), strict=True):
             torch.testing.assert_close(p.cpu(), p_cpu)
+
+    @pytest.mark.parametrize("make,shape", [
+        (lambda: torch.nn.LSTM(4, 8), (3, 2, 4)), (lambda: torch.nn.GRU(4, 8), (3, 2, 4)),
+        (lambda: torch.nn.LSTMCell(4, 8), (3, 4)), (lambda: torch.nn.GRUCell(4, 8), (3, 4)),
+    ], ids=["LSTM", "GRU", "LSTMCell", "GRUCell"])
+    def test_recurrent_modules_match_cpu(make, shape):
+        """LSTM and GRU cells take aten's fused-cell ops on every device but the CPU
+        (aten/src/ATen/native/RNN.cpp), which have CUDA kernels only; the layer composes them
+        from the device's ops: outputs and every gradient equal the CPU's."""
+        import copy
+
+        torch.manual_seed(0)
+        module_cpu = make()
+        module = copy.deepcopy(module_cpu).to("mock")
+        x = _gen(*shape)
+        grads = []
+        for mdl, inp in ((module_cpu, x.clone().requires_grad_()),
+                         (module, x.to("mock").requires_grad_())):
+            out = mdl(inp)
+            outs = [t for o in (out if isinstance(out, tuple) else (out,))
+                    for t in (o if isinstance(o, tuple) else (o,))]
+            sum(o.pow(2).sum() for o in outs).backward()
+            grads.append([*(o.detach() for o in outs), inp.grad,
+                          *(p.grad for p in mdl.parameters())])
+        for on_cpu, on_mock in zip(*grads, strict=True):
+            torch.testing.assert_close(on_mock.cpu(), on_cpu, atol=1e-5, rtol=1e-4)
+
+    def test_forward_mode_ad_and_zero_tensors():
+        """Forward-mode AD makes zero tensors (no memory, the ZeroTensor key): on the device they
+        are the device's own, so jvp works and they read as zeros."""
+        x = _gen(4)
+        out, tangent = torch.func.jvp(lambda t: t * 2, (x.to("mock"),),
+                                      (torch.ones(4, device="mock"),))
+        torch.testing.assert_close(out.cpu(), x * 2)
+        torch.testing.assert_close(tangent.cpu(), torch.full((4,), 2.0))
+        zero = torch._efficientzerotensor(3, device="mock")
+        assert zero.device.type == "mock" and zero._is_zerotensor()
+        torch.testing.assert_close(zero.cpu(), torch.zeros(3))
+        torch.testing.assert_close((zero + 1).cpu(), torch.ones(3))
+
+    def test_composites_that_assume_cpu_or_cuda():
+        """Ops whose composite kernel a device gets before the fallback assumes CPU or CUDA:
+        group_norm views a channels_last input as contiguous, kaiser_window calls a DispatchStub
+        with no PrivateUse1 entry. They run as the CPU's ops: same values, gradients too."""
+        x = _gen(2, 4, 3, 3).to(memory_format=torch.channels_last)
+        results = []
+        for inp in (x.clone().requires_grad_(), x.to("mock").requires_grad_()):
+            out = torch.nn.functional.group_norm(inp, 2)
+            out.pow(2).sum().backward()
+            results.append((out.detach(), inp.grad))
+        for on_cpu, on_mock in zip(*results, strict=True):
+            torch.testing.assert_close(on_mock.cpu(), on_cpu, atol=1e-5, rtol=1e-4)
+        for args in ((8,), (8, False), (8, True, 5.0)):
+            _same(torch.kaiser_window(*args, device="mock"), torch.kaiser_window(*args))

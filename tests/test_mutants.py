@@ -109,6 +109,23 @@ def test_every_mutant_is_caught_in_its_mode_and_only_there(mode, tmp_path):
             print(f"{fault} ({mode}): passes, as expected")
 
 
+def test_ordering_mutants_are_caught_under_a_seeded_schedule(tmp_path):
+    """With the streams interleaved from a seed (``ACCELKIT_MOCK_SCHEDULE``: one worker, an
+    order drawn from the seed) the asynchronous mutants (a missing stream wait, record_stream
+    or producers' event) are still caught, and the control passes: the scheduler's order is
+    one the catalogue's ordering checks see through."""
+    faults = [f for f, m in mutant_faults.MUTANTS.items() if m == "async"]
+    used = tuple(dict.fromkeys(cid for f in faults for cid in CATCHERS[f]))
+    plan = [*((f, CATCHERS[f]) for f in faults), (mutant_faults.CONTROL, used)]
+    outcomes = mutant_faults.run("async", plan, WORLD_SIZE, tmp_path,
+                                 env={"ACCELKIT_MOCK_SCHEDULE": "1"})
+    control = outcomes.pop(mutant_faults.CONTROL)
+    assert control == {cid: "pass" for cid in used}, f"control (no fault): {control}"
+    for fault, by_check in outcomes.items():
+        assert any(o in mutant_faults.CAUGHT for o in by_check.values()), \
+            f"{fault} not caught under a seeded schedule: {by_check}"
+
+
 DOCTOR_PROBES = r"""
 import json, os
 from accelkit.core import check_device_handle, registry

@@ -38,14 +38,35 @@ uint64_t EventState::record(int device, int64_t stream) {
 }
 
 void EventState::complete(uint64_t n) {
+  std::vector<Runtime::Resume> ready;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (n > completed_) {
       completed_ = n;
       time_ms_ = now_ms();
     }
+    for (auto it = waiters_.begin(); it != waiters_.end();) {
+      if (it->first <= completed_) {
+        ready.push_back(std::move(it->second));
+        it = waiters_.erase(it);
+      } else {
+        ++it;
+      }
+    }
   }
   cv_.notify_all();
+  for (auto& resume : ready) resume(nullptr);  // outside the lock: a resume runs the scheduler
+}
+
+void EventState::when_complete(uint64_t n, Runtime::Resume resume) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_ < n) {
+      waiters_.emplace_back(n, std::move(resume));
+      return;
+    }
+  }
+  resume(nullptr);
 }
 
 void EventState::wait_for(uint64_t n) {
@@ -60,8 +81,10 @@ void EventState::block(int device, int64_t stream) {
     n = recorded_;
     if (completed_ >= n) return;  // nothing to wait for
   }
-  runtime().launch(device, stream, "event wait",
-                   [self = shared_from_this(), n] { self->wait_for(n); });
+  runtime().stream_wait(device, stream, "event wait",
+                        [self = shared_from_this(), n](Runtime::Resume resume) {
+                          self->when_complete(n, std::move(resume));
+                        });
 }
 
 bool EventState::query() {

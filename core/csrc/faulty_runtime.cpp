@@ -40,6 +40,10 @@ class FaultyRuntime final : public Runtime {
   void launch(int device, int64_t stream, const char* what, std::function<void()> fn) override {
     inner_.launch(device, stream, what, std::move(fn));
   }
+  void stream_wait(int device, int64_t stream, const char* what,
+                   std::function<void(Resume)> when_ready) override {
+    inner_.stream_wait(device, stream, what, std::move(when_ready));
+  }
   void copy_async(void* dst, int dst_device, const void* src, int src_device, size_t nbytes,
                   int device, int64_t stream) override {
     inner_.copy_async(dst, dst_device, src, src_device,

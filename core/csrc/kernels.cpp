@@ -1,5 +1,5 @@
-// Native kernels every PrivateUse1 device needs: tensor creation, metadata-only views,
-// resize_/set_, copies between host and device and between devices, reading a scalar,
+// Native kernels every PrivateUse1 device needs: tensor creation (zero tensors included),
+// metadata-only views, resize_/set_, copies between host and device and between devices, reading a scalar,
 // convolutions (torch sends non-CPU/CUDA backends to the *_overrideable ops), and the
 // PrivateUse1 hooks torch implements as ops (_has_compatible_shallow_copy_type,
 // _fused_sdp_choice). Everything else goes through the fallback (fallback.cpp).
@@ -13,6 +13,7 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
@@ -33,6 +34,24 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
   return at::detail::empty_generic(size, device_allocator(),
                                    c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
                                    c10::dtype_or_default(dtype), memory_format);
+}
+
+// A zero tensor (forward-mode AD's tangent of a constant, torch._efficientzerotensor): no
+// memory, the ZeroTensor key set, so ops see zeros through torch's ZeroTensor handling (as
+// _efficientzerotensor_cuda, aten/src/ATen/native/TensorFactories.cpp). Through the fallback
+// the CPU's zero tensor would be copied from its null data pointer.
+at::Tensor efficient_zero_tensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                                 std::optional<at::Layout> /*layout*/,
+                                 std::optional<at::Device> device,
+                                 std::optional<bool> /*pin_memory*/) {
+  const int index = resolve_index(device.has_value() ? device->index() : -1);
+  at::native::ZeroTensorAllocator allocator(
+      c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(index)));
+  return at::detail::empty_generic(
+      size, &allocator,
+      c10::DispatchKeySet(c10::DispatchKey::PrivateUse1) |
+          c10::DispatchKeySet(c10::DispatchKey::ZeroTensor),
+      c10::dtype_or_default(dtype), std::nullopt);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -304,6 +323,7 @@ int64_t fused_sdp_choice(const at::Tensor&, const at::Tensor&, const at::Tensor&
 void detail::register_kernels(KernelTable& m) {
   m.impl("empty.memory_format", TORCH_FN(empty_memory_format));
   m.impl("empty_strided", TORCH_FN(empty_strided));
+  m.impl("_efficientzerotensor", TORCH_FN(efficient_zero_tensor));
   m.impl("as_strided", TORCH_FN(as_strided));
   m.impl("view", TORCH_FN(view));
   m.impl("_reshape_alias", TORCH_FN(reshape_alias));
@@ -327,8 +347,14 @@ void detail::register_kernels(KernelTable& m) {
   // are, in stream order. (grid_sampler takes _grid_sampler_2d_cpu_fallback for devices
   // without a kernel of their own, aten/src/ATen/native/GridSampler.cpp; fbgemm's fp16 linear
   // path calls _saturate_weight_to_fp16, aten/src/ATen/native/QuantizedLinear.cpp.)
+  // Ops whose CompositeExplicitAutograd kernel, which a device without its own kernel gets
+  // before the fallback, assumes what only CPU and CUDA provide: math_group_norm views its input
+  // as contiguous (a channels_last input fails), kaiser_window calls a DispatchStub that has
+  // no PrivateUse1 entry (an internal assert). The fallback runs them as the CPU ops they are.
   for (const char* name : {"_grid_sampler_2d_cpu_fallback", "_grid_sampler_2d_cpu_fallback.out",
-                           "_grid_sampler_2d_cpu_fallback_backward", "_saturate_weight_to_fp16"}) {
+                           "_grid_sampler_2d_cpu_fallback_backward", "_saturate_weight_to_fp16",
+                           "native_group_norm", "native_group_norm_backward", "kaiser_window",
+                           "kaiser_window.periodic", "kaiser_window.beta"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
 }

@@ -113,6 +113,7 @@ void register_device(Runtime& vendor_runtime, const std::string& origin) {
   detail::KernelTable table(library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1));
   detail::register_kernels(table);
   detail::register_random(table);
+  detail::register_rnn_cells(table);
 
   // The conjugate/negative-bit fallbacks would materialize a lazily conjugated source of
   // _copy_from by cloning it, and the clone copies through _copy_from again (endless

@@ -33,6 +33,7 @@ class KernelTable {
 // The aten kernels of each part of the layer.
 void register_kernels(KernelTable& table);  // kernels.cpp: the minimum native set
 void register_random(KernelTable& table);   // random.cpp: offset-exact random kernels
+void register_rnn_cells(KernelTable& table);  // rnn_cells.cpp: the fused LSTM/GRU cells
 void register_autocast(torch::Library& library);  // autocast.cpp: AutocastPrivateUse1
 
 // The device guard (streams, events) and the hooks, created by register_device.

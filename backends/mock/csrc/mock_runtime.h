@@ -14,9 +14,15 @@
 // Execution:
 //   ACCELKIT_MOCK_ASYNC=0 (default): synchronous; every call completes before it returns.
 //   ACCELKIT_MOCK_ASYNC=1: asynchronous, as CUDA streams: each (device, stream) has a queue run
-//     in order by a worker thread; launch() and copy_async() return at once, the host waits
-//     only in synchronize(), stream_synchronize() and copies to pageable host memory; an
-//     exception in queued work is raised, with what failed, by the next synchronizing call.
+//     in order by a bounded set of worker threads (Scheduler); launch() and copy_async() return
+//     at once, the host waits only in synchronize(), stream_synchronize() and copies to
+//     pageable host memory; an exception in queued work is raised, with what failed, by the
+//     next synchronizing call. After it the device runs none of the work queued later
+//     (CUDA's sticky error); waits queued later pass at once, and event records complete
+//     unrun (accelkit's events), so every host wait still returns.
+//   ACCELKIT_MOCK_SCHEDULE=<seed> (with ACCELKIT_MOCK_ASYNC=1): one worker runs every stream in
+//     an order drawn from the seed, holding some tasks back (Scheduler): an ordering bug that
+//     shows under a seed reproduces with that seed.
 //   ACCELKIT_MOCK_LAUNCH_BLOCKING=1: every launch and copy waits for its stream (as
 //     CUDA_LAUNCH_BLOCKING=1), so an error is raised by the call that caused it.
 // Size: ACCELKIT_MOCK_DEVICES (device count, default 8; 0 models a host without the card, as a
@@ -34,6 +40,8 @@
 #include <sys/mman.h>
 
 #include <cctype>
+#include <chrono>
+#include <cstddef>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -44,6 +52,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -78,85 +88,194 @@ inline bool parse_bytes(const std::string& text, size_t& out) {
   return true;
 }
 
-// One stream's queue of work and the thread that runs it, in order. Threads are woken only
-// when someone sleeps: a launch costs a lock and a push while the worker is busy.
-class StreamQueue {
+// The streams of every device and the threads that run them: each (device, stream) is a queue
+// run in order, one task at a time; a fixed set of worker threads runs the queues that have
+// work, so threads are bounded however many streams a program makes: a stream costs a queue
+// while it has work, not a thread (the queue of an idle stream other than the default one is
+// dropped; c10 streams are never destroyed, so this is how their resources are recycled). A
+// stream that reaches a wait (Runtime::stream_wait) is parked, holding no thread, until the
+// wait resumes it. Workers are woken only when someone
+// sleeps: a launch costs a lock and a push while a worker is busy.
+//
+// With a seed (ACCELKIT_MOCK_SCHEDULE=<seed>) one worker runs everything, choosing the next
+// stream among those with work from a generator seeded with it and holding some tasks back a
+// little (a slow kernel), so the device's interleaving of streams, and its timing against the
+// host, are drawn from the seed: an ordering bug (a missing stream wait, event or
+// record_stream) shows under some seeds and comes back with the same seed.
+class Scheduler {
  public:
-  StreamQueue() {
-    std::thread([this] { loop(); }).detach();  // lives as long as the process, as the runtime
+  using Key = std::pair<int, int64_t>;  // (device, stream)
+  using Resume = std::function<void()>;
+
+  Scheduler(int workers, std::optional<uint64_t> seed) : seed_(seed) {
+    if (seed_) random_.seed(*seed_);
+    for (int i = 0; i < workers; ++i) {
+      std::thread([this] { loop(); }).detach();  // lives as long as the process, as the runtime
+    }
   }
 
-  void push(std::function<void()> task) {
+  std::optional<uint64_t> seed() const { return seed_; }
+
+  // Queue `task` on a stream.
+  void push(Key key, std::function<void()> task) { enqueue(key, Entry{std::move(task), {}}); }
+
+  // Queue a wait: when the stream reaches it, `when_ready(resume)` runs on a worker and the
+  // stream runs nothing more until `resume` is called (at once, or later from any thread).
+  void push_wait(Key key, std::function<void(Resume)> when_ready) {
+    enqueue(key, Entry{{}, std::move(when_ready)});
+  }
+
+  // Until the stream has run everything pushed on it (parked waits included). A waiting thread
+  // that holds Python's GIL lets go of it meanwhile: queued work may need it (the last
+  // reference to a tensor whose Python object it frees), as a driver's blocking calls must not
+  // hold a host lock its callbacks take.
+  void drain(Key key) { drain_where([key](const Key& k) { return k == key; }); }
+  void drain_device(int device) {
+    drain_where([device](const Key& k) { return k.first == device; });
+  }
+
+  bool idle(Key key) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = streams_.find(key);
+    return it == streams_.end() || it->second.idle();
+  }
+
+ private:
+  struct Entry {
+    std::function<void()> run;
+    std::function<void(Resume)> wait;
+  };
+  struct Stream {
+    Key key;
+    std::deque<Entry> tasks;
+    bool running = false;   // a worker holds its head task
+    bool parked = false;    // at a wait not resumed yet
+    bool runnable = false;  // listed in runnable_
+    bool idle() const { return tasks.empty() && !running && !parked; }
+  };
+
+  void enqueue(Key key, Entry entry) {
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      tasks_.push_back(std::move(task));
-      wake = worker_sleeping_;
+      Stream& stream = streams_[key];
+      stream.key = key;
+      stream.tasks.push_back(std::move(entry));
+      wake = make_runnable(stream) && sleeping_ > 0;
     }
     if (wake) work_cv_.notify_one();
   }
 
-  // Until everything pushed before the call has run. A waiting thread that holds Python's GIL
-  // lets go of it meanwhile: queued work may need it (the last reference to a tensor whose
-  // Python object it frees), as a driver's blocking calls must not hold a host lock its
-  // callbacks take.
-  void drain() {
+  // Lists the stream for a worker if it can run; true when it was newly listed.
+  bool make_runnable(Stream& stream) {
+    if (stream.runnable || stream.running || stream.parked || stream.tasks.empty()) return false;
+    stream.runnable = true;
+    runnable_.push_back(&stream);
+    return true;
+  }
+
+  template <typename Match>
+  void drain_where(Match match) {
+    auto done = [&] {
+      for (auto& [key, stream] : streams_) {
+        if (match(key) && !stream.idle()) return false;
+      }
+      return true;
+    };
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (tasks_.empty() && !busy_) return;
+      if (done()) return;
     }
     PyThreadState* released =
         Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       ++drainers_;
-      idle_cv_.wait(lock, [this] { return tasks_.empty() && !busy_; });
+      idle_cv_.wait(lock, done);
       --drainers_;
     }
     if (released != nullptr) PyEval_RestoreThread(released);
   }
 
-  bool idle() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return tasks_.empty() && !busy_;
+  // Under mutex_, after a task ran or a wait resumed; `stream` may be gone afterwards.
+  void settled(Stream& stream) {
+    const bool listed = make_runnable(stream);
+    if (listed && sleeping_ > 0) work_cv_.notify_one();
+    if (!stream.idle()) return;
+    if (drainers_ > 0) idle_cv_.notify_all();
+    if (stream.key.second != 0) streams_.erase(stream.key);
   }
 
- private:
   void loop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      if (tasks_.empty()) {
-        busy_ = false;
-        if (drainers_ > 0) idle_cv_.notify_all();
-        // A burst of small launches keeps coming: give the core away a few times before
-        // sleeping, so each launch does not pay for waking this thread.
-        for (int i = 0; i < kYields && tasks_.empty(); ++i) {
-          lock.unlock();
-          std::this_thread::yield();
-          lock.lock();
+      if (runnable_.empty()) {
+        // A burst of small launches keeps coming: one worker gives the core away a few times
+        // before sleeping, so each launch does not pay for waking a thread.
+        if (!spinning_) {
+          spinning_ = true;
+          for (int i = 0; i < kYields && runnable_.empty(); ++i) {
+            lock.unlock();
+            std::this_thread::yield();
+            lock.lock();
+          }
+          spinning_ = false;
         }
-        if (!tasks_.empty()) continue;
-        worker_sleeping_ = true;
-        work_cv_.wait(lock, [this] { return !tasks_.empty(); });
-        worker_sleeping_ = false;
+        if (runnable_.empty()) {
+          ++sleeping_;
+          work_cv_.wait(lock, [this] { return !runnable_.empty(); });
+          --sleeping_;
+        }
       }
-      busy_ = true;
-      std::function<void()> task = std::move(tasks_.front());
-      tasks_.pop_front();
+      if (seed_ && random_() % 4 == 0) {
+        // A slow device: the host runs ahead (more streams get work) before the next pick.
+        const auto held = std::chrono::microseconds(random_() % 200);
+        lock.unlock();
+        std::this_thread::sleep_for(held);
+        lock.lock();
+      }
+      size_t pick = 0;
+      if (seed_) pick = static_cast<size_t>(random_() % runnable_.size());
+      Stream& stream = *runnable_[pick];
+      runnable_.erase(runnable_.begin() + static_cast<std::ptrdiff_t>(pick));
+      stream.runnable = false;
+      stream.running = true;
+      Entry entry = std::move(stream.tasks.front());
+      stream.tasks.pop_front();
+      if (!runnable_.empty() && sleeping_ > 0) work_cv_.notify_one();
       lock.unlock();
-      task();  // never throws: the runtime wraps every task
-      task = nullptr;  // its captures go before the stream counts as idle
+      if (entry.run) {
+        entry.run();  // never throws: the runtime wraps every task
+        entry = Entry{};  // its captures go before the stream counts as idle
+        lock.lock();
+        stream.running = false;
+        settled(stream);
+        continue;
+      }
+      lock.lock();
+      stream.running = false;
+      stream.parked = true;
+      lock.unlock();
+      entry.wait([this, &stream] {
+        std::lock_guard<std::mutex> relock(mutex_);
+        stream.parked = false;
+        settled(stream);
+      });
+      entry = Entry{};
       lock.lock();
     }
   }
 
   static constexpr int kYields = 64;
+  const std::optional<uint64_t> seed_;
+  std::mt19937_64 random_;  // under mutex_
   std::mutex mutex_;
-  std::condition_variable work_cv_;  // the worker sleeps on it
+  std::condition_variable work_cv_;  // workers sleep on it
   std::condition_variable idle_cv_;  // drain() sleeps on it
-  std::deque<std::function<void()>> tasks_;
-  bool busy_ = false;
-  bool worker_sleeping_ = false;
+  std::map<Key, Stream> streams_;    // node-based: a Stream's address is stable
+  std::vector<Stream*> runnable_;    // streams with a task to run and no worker
+  bool spinning_ = false;
+  int sleeping_ = 0;
   int drainers_ = 0;
 };
 
@@ -192,6 +311,29 @@ class MockRuntime final : public accelkit::Runtime {
     host_accessible_ = flag("ACCELKIT_MOCK_HOST_ACCESSIBLE", true);
     async_ = flag("ACCELKIT_MOCK_ASYNC", false);
     launch_blocking_ = flag("ACCELKIT_MOCK_LAUNCH_BLOCKING", false);
+    std::optional<uint64_t> seed;
+    if (const char* env = std::getenv("ACCELKIT_MOCK_SCHEDULE");
+        env != nullptr && *env != '\0' && std::strcmp(env, "off") != 0) {
+      char* end = nullptr;
+      const unsigned long long n = std::strtoull(env, &end, 10);
+      if (end == env || *end != '\0' || *env == '-') {
+        error_ = std::string("ACCELKIT_MOCK_SCHEDULE=") + env +
+                 " is not a seed: use a non-negative integer (e.g. ACCELKIT_MOCK_SCHEDULE=7), "
+                 "or off";
+      } else if (!async_) {
+        error_ = std::string("ACCELKIT_MOCK_SCHEDULE=") + env +
+                 " orders the streams of the asynchronous mode: set ACCELKIT_MOCK_ASYNC=1 "
+                 "with it";
+      } else {
+        seed = n;
+      }
+    }
+    if (async_) scheduler_ = std::make_unique<Scheduler>(seed ? 1 : kWorkers, seed);
+  }
+
+  // The seed of ACCELKIT_MOCK_SCHEDULE, if the streams run under one.
+  std::optional<uint64_t> schedule_seed() const {
+    return scheduler_ ? scheduler_->seed() : std::nullopt;
   }
 
   // The configuration error, if any (the Python package raises it; device_count() is 0).
@@ -254,7 +396,7 @@ class MockRuntime final : public accelkit::Runtime {
 
   // CUDA: cudaDeviceSynchronize: every stream of the device drained, then its first error.
   void synchronize(int device) override {
-    for (StreamQueue* queue : queues_of(device)) queue->drain();
+    if (scheduler_) scheduler_->drain_device(device);
     raise_pending(device);
   }
 
@@ -268,20 +410,42 @@ class MockRuntime final : public accelkit::Runtime {
       fn();
       return;
     }
-    StreamQueue& queue = queue_for(device, stream);
-    queue.push([this, device, what = std::string(what), fn = std::move(fn)] {
+    scheduler_->push({device, stream}, [this, device, what = std::string(what), fn = std::move(fn)] {
       if (has_error(device)) return;  // a failed device runs no more work (CUDA's sticky error)
       try {
         fn();
       } catch (const std::exception& e) {
-        record_error(device, what + " failed on " + std::string("device ") +
-                                 std::to_string(device) + ": " + e.what());
+        record_error(device, failed(what, device, e.what()));
       }
     });
-    if (launch_blocking_) {
-      queue.drain();
-      raise_pending(device);
+    if (launch_blocking_) stream_synchronize(device, stream);
+  }
+
+  // CUDA: cudaStreamWaitEvent. The stream is parked, holding no worker, until resumed.
+  void stream_wait(int device, int64_t stream, const char* what,
+                   std::function<void(Resume)> when_ready) override {
+    if (!async_) {
+      Runtime::stream_wait(device, stream, what, std::move(when_ready));
+      return;
     }
+    scheduler_->push_wait(
+        {device, stream},
+        [this, device, what = std::string(what),
+         when_ready = std::move(when_ready)](Scheduler::Resume resume) {
+          if (has_error(device)) return resume();  // a failed device waits for nothing
+          when_ready([this, device, what, resume = std::move(resume)](std::exception_ptr error) {
+            if (error) {
+              try {
+                std::rethrow_exception(error);
+              } catch (const std::exception& e) {
+                record_error(device, failed(what, device, e.what()));
+              } catch (...) {
+                record_error(device, failed(what, device, "an unknown error"));
+              }
+            }
+            resume();
+          });
+        });
   }
 
   // CUDA: cudaMemcpyAsync. Pageable host sources are staged now, so the caller may reuse them.
@@ -305,13 +469,13 @@ class MockRuntime final : public accelkit::Runtime {
 
   // CUDA: cudaStreamQuery.
   bool stream_query(int device, int64_t stream) override {
-    return !async_ || queue_for(device, stream).idle();
+    return !async_ || scheduler_->idle({device, stream});
   }
 
   // CUDA: cudaStreamSynchronize.
   void stream_synchronize(int device, int64_t stream) override {
     if (!async_) return;
-    queue_for(device, stream).drain();
+    scheduler_->drain({device, stream});
     raise_pending(device);
   }
 
@@ -336,20 +500,8 @@ class MockRuntime final : public accelkit::Runtime {
     return device == accelkit::kHost ? ptr : host_address(ptr);
   }
 
-  StreamQueue& queue_for(int device, int64_t stream) {
-    std::lock_guard<std::mutex> lock(queues_mutex_);
-    auto& slot = queues_[{device, stream}];
-    if (!slot) slot = std::make_unique<StreamQueue>();
-    return *slot;
-  }
-
-  std::vector<StreamQueue*> queues_of(int device) {
-    std::lock_guard<std::mutex> lock(queues_mutex_);
-    std::vector<StreamQueue*> out;
-    for (auto& [key, queue] : queues_) {
-      if (key.first == device) out.push_back(queue.get());
-    }
-    return out;
+  static std::string failed(const std::string& what, int device, const char* why) {
+    return what + " failed on device " + std::to_string(device) + ": " + why;
   }
 
   bool has_error(int device) {
@@ -377,14 +529,14 @@ class MockRuntime final : public accelkit::Runtime {
   }
 
   static constexpr size_t kLargePage = size_t{2} << 20;
+  static constexpr int kWorkers = 4;  // threads that run the streams of all devices
   int devices_ = 8;
   size_t capacity_ = size_t{8} << 30;
   bool host_accessible_ = true;
   bool async_ = false;
   bool launch_blocking_ = false;
   std::string error_;
-  std::mutex queues_mutex_;
-  std::map<std::pair<int, int64_t>, std::unique_ptr<StreamQueue>> queues_;
+  std::unique_ptr<Scheduler> scheduler_;  // asynchronous mode only
   std::mutex error_mutex_;
   std::map<int, std::string> errors_;
 };

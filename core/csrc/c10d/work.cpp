@@ -33,12 +33,18 @@ bool QueuedWork::wait(std::chrono::milliseconds timeout) {
 #endif
   const c10::Stream stream = current_stream_of(*device_);
   const std::string what = "waiting for " + name_;
-  device_runtime()->launch(device_->index(), stream.id(), what.c_str(),
-                           [completion = completion_] {
-                             std::unique_lock<std::mutex> lock(completion->mutex);
-                             completion->cv.wait(lock, [&] { return completion->done; });
-                             if (completion->error) std::rethrow_exception(completion->error);
-                           });
+  device_runtime()->stream_wait(
+      device_->index(), stream.id(), what.c_str(),
+      [completion = completion_](accelkit::Runtime::Resume resume) {
+        std::unique_lock<std::mutex> lock(completion->mutex);
+        if (!completion->done) {
+          completion->waiters.push_back(std::move(resume));
+          return;
+        }
+        const std::exception_ptr error = completion->error;
+        lock.unlock();
+        resume(error);
+      });
   return true;
 }
 
@@ -64,12 +70,15 @@ int QueuedWork::sourceRank() const {
 
 void QueuedWork::complete(std::exception_ptr error) {
   finish(error);  // first: is_completed() holds once a stream's wait for it has passed
+  std::vector<accelkit::Runtime::Resume> waiters;
   {
     std::lock_guard<std::mutex> lock(completion_->mutex);
     completion_->done = true;
     completion_->error = error;
+    waiters.swap(completion_->waiters);
   }
   completion_->cv.notify_all();
+  for (auto& resume : waiters) resume(error);
 }
 
 void QueuedWork::complete_future(std::exception_ptr error) {

@@ -9,9 +9,13 @@
 // implementation over host memory.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <memory>
+#include <mutex>
 #include <string>
 
 namespace accelkit {
@@ -74,6 +78,42 @@ class Runtime {
   virtual void launch(int device, int64_t stream, const char* what, std::function<void()> fn) {
     (void)device, (void)stream, (void)what;
     fn();
+  }
+
+  // How a stream's wait resumes: called once, with the error the waiting stream then carries
+  // (nullptr for none; the runtime raises it as an error of the stream's work).
+  using Resume = std::function<void(std::exception_ptr)>;
+
+  // Make `stream` wait for a condition the host or another stream fulfils (an event's record,
+  // a collective's completion), in `stream`'s order: once the stream reaches the wait the
+  // runtime calls `when_ready(resume)`, which calls `resume` exactly once, at once if the
+  // condition holds, else later from the thread that fulfils it; the work queued after the
+  // wait runs after that. A runtime that runs streams on a bounded set of threads parks the
+  // stream meanwhile instead of blocking a thread (the mock does); the default launches a
+  // task that blocks until `resume`, which needs a thread per stream.
+  // CUDA: cudaStreamWaitEvent (cuStreamWaitValue32 for a flag the host sets).
+  virtual void stream_wait(int device, int64_t stream, const char* what,
+                           std::function<void(Resume)> when_ready) {
+    launch(device, stream, what, [when_ready = std::move(when_ready)] {
+      struct Latch {
+        std::mutex mutex;
+        std::condition_variable cv;
+        bool done = false;
+        std::exception_ptr error;
+      };
+      auto latch = std::make_shared<Latch>();
+      when_ready([latch](std::exception_ptr error) {
+        {
+          std::lock_guard<std::mutex> lock(latch->mutex);
+          latch->done = true;
+          latch->error = error;
+        }
+        latch->cv.notify_all();
+      });
+      std::unique_lock<std::mutex> lock(latch->mutex);
+      latch->cv.wait(lock, [&] { return latch->done; });
+      if (latch->error) std::rethrow_exception(latch->error);
+    });
   }
 
   // Copy in `stream`'s order (`device` is the device of the stream). Host memory given as

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <accelkit/c10d/transport.h>
+#include <accelkit/runtime.h>
 
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
@@ -95,6 +96,7 @@ class QueuedWork : public ::c10d::Work {
     std::condition_variable cv;
     bool done = false;
     std::exception_ptr error;
+    std::vector<accelkit::Runtime::Resume> waiters;  // streams' waits (Runtime::stream_wait)
   };
 
   const std::string name_;
