@@ -161,10 +161,13 @@ class Scheduler {
       Stream& stream = streams_[key];
       stream.key = key;
       stream.tasks.push_back(std::move(entry));
-      wake = make_runnable(stream) && sleeping_ > 0;
+      wake = make_runnable(stream) && must_wake();
     }
     if (wake) work_cv_.notify_one();
   }
+
+  // Under mutex_: whether a newly listed stream needs a sleeping worker woken (none spins).
+  bool must_wake() const { return sleeping_ > 0 && !spinning_; }
 
   // Lists the stream for a worker if it can run; true when it was newly listed.
   bool make_runnable(Stream& stream) {
@@ -197,10 +200,11 @@ class Scheduler {
     if (released != nullptr) PyEval_RestoreThread(released);
   }
 
-  // Under mutex_, after a task ran or a wait resumed; `stream` may be gone afterwards.
-  void settled(Stream& stream) {
+  // Under mutex_, after a task ran on a worker (which goes on to the next runnable stream
+  // itself) or a wait resumed on any thread; `stream` may be gone afterwards.
+  void settled(Stream& stream, bool on_worker) {
     const bool listed = make_runnable(stream);
-    if (listed && sleeping_ > 0) work_cv_.notify_one();
+    if (listed && must_wake() && (!on_worker || runnable_.size() > 1)) work_cv_.notify_one();
     if (!stream.idle()) return;
     if (drainers_ > 0) idle_cv_.notify_all();
     if (stream.key.second != 0) streams_.erase(stream.key);
@@ -242,14 +246,14 @@ class Scheduler {
       stream.running = true;
       Entry entry = std::move(stream.tasks.front());
       stream.tasks.pop_front();
-      if (!runnable_.empty() && sleeping_ > 0) work_cv_.notify_one();
+      if (!runnable_.empty() && must_wake()) work_cv_.notify_one();
       lock.unlock();
       if (entry.run) {
         entry.run();  // never throws: the runtime wraps every task
         entry = Entry{};  // its captures go before the stream counts as idle
         lock.lock();
         stream.running = false;
-        settled(stream);
+        settled(stream, true);
         continue;
       }
       lock.lock();
@@ -259,7 +263,7 @@ class Scheduler {
       entry.wait([this, &stream] {
         std::lock_guard<std::mutex> relock(mutex_);
         stream.parked = false;
-        settled(stream);
+        settled(stream, false);
       });
       entry = Entry{};
       lock.lock();
