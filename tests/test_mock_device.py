@@ -111,19 +111,25 @@ if not IN_MOCK_PROCESS:
         assert f"ValueError: {message}" in proc.stderr
 
     #: A program with an ordering bug: a side stream reads what the default stream writes,
-    #: without waiting for it. Each round keeps the device busy first (long enough for a
-    #: loaded host to queue both launches), so both are queued when the device picks the next
-    #: stream; prints which value each round read.
+    #: without waiting for it. Each round first has the device start a long kernel on a third
+    #: stream (queued behind a short one, so both are queued before the device gets there; the
+    #: host waits for an event recorded between them), so both launches are queued when the
+    #: device next picks a stream; prints which value each round read.
     MISSING_STREAM_WAIT = """
         import torch, accelkit.backends.mock
         from accelkit.backends.mock import _C
         x = torch.zeros(1 << 12, device="mock")
-        side = torch.mock.Stream()
+        side, busy = torch.mock.Stream(), torch.mock.Stream()
         seen = ""
         for _ in range(10):
             x.zero_()
             torch.mock.synchronize()
-            _C._sleep(200)
+            _C._sleep(50)
+            started = torch.mock.Event()
+            with torch.mock.stream(busy):
+                started.record()
+                _C._sleep(100)
+            started.synchronize()
             x.fill_(1)
             with torch.mock.stream(side):
                 y = x + 1  # no side.wait_stream(torch.mock.current_stream())
@@ -135,8 +141,10 @@ if not IN_MOCK_PROCESS:
     def test_a_seeded_schedule_reproduces_an_ordering_bug():
         """ACCELKIT_MOCK_SCHEDULE=<seed>: one worker runs every stream in an order drawn from
         the seed. A program missing a stream wait reads the old value in some rounds and the
-        new one in others, and the same seed gives the same rounds each time it runs: a race
-        found under a seed is reproduced with it."""
+        new one in others, different seeds in different rounds, and a seed brings its first
+        wrong round back run after run: a race found under a seed is reproduced with it. (The
+        rounds after it may differ now and then: when the host's timing changes which streams
+        have work at a choice, the run goes its own way from there.)"""
         def rounds(seed: int) -> str:
             proc = run_python(MISSING_STREAM_WAIT, env={"ACCELKIT_MOCK_ASYNC": "1",
                                                         "ACCELKIT_MOCK_SCHEDULE": str(seed)})
@@ -144,8 +152,9 @@ if not IN_MOCK_PROCESS:
             return proc.stdout.strip()
 
         first, again, other = rounds(3), rounds(3), rounds(4)
-        assert first == again, "the same seed scheduled the streams differently"
-        assert set(first + other) == {"1", "2"}, (first, other)
+        assert "1" in first and "1" in other, "the missing wait never showed"
+        assert first.index("1") == again.index("1"), \
+            f"seed 3 showed the bug in rounds {first}, then in rounds {again}"
         assert first != other
 
     def test_device_count_and_capacity_from_environment():

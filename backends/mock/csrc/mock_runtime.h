@@ -99,9 +99,13 @@ inline bool parse_bytes(const std::string& text, size_t& out) {
 //
 // With a seed (ACCELKIT_MOCK_SCHEDULE=<seed>) one worker runs everything, choosing the next
 // stream among those with work from a generator seeded with it and holding some tasks back a
-// little (a slow kernel), so the device's interleaving of streams, and its timing against the
-// host, are drawn from the seed: an ordering bug (a missing stream wait, event or
-// record_stream) shows under some seeds and comes back with the same seed.
+// little (a slow kernel), so the device's interleaving of the streams, and its timing against
+// the host, are drawn from the seed: an ordering bug (a missing stream wait, event or
+// record_stream) shows under some seeds and comes back with the same seed. Each choice waits
+// until the host has launched nothing for 1 ms, so the streams that have work at a choice are
+// what the program launched before it waited or computed, not how fast the worker woke; a
+// host whose launches pause longer than that mid-burst (or several host threads launching at
+// once) can still change them.
 class Scheduler {
  public:
   using Key = std::pair<int, int64_t>;  // (device, stream)
@@ -161,6 +165,7 @@ class Scheduler {
       Stream& stream = streams_[key];
       stream.key = key;
       stream.tasks.push_back(std::move(entry));
+      if (seed_) last_push_ = std::chrono::steady_clock::now();
       wake = make_runnable(stream) && must_wake();
     }
     if (wake) work_cv_.notify_one();
@@ -231,15 +236,22 @@ class Scheduler {
           --sleeping_;
         }
       }
-      if (seed_ && random_() % 4 == 0) {
-        // A slow device: the host runs ahead (more streams get work) before the next pick.
-        const auto held = std::chrono::microseconds(random_() % 200);
-        lock.unlock();
-        std::this_thread::sleep_for(held);
-        lock.lock();
-      }
       size_t pick = 0;
-      if (seed_) pick = static_cast<size_t>(random_() % runnable_.size());
+      std::chrono::microseconds held{0};
+      if (seed_) {
+        // Choose once the host has stopped launching: the streams with work are then the
+        // program's doing (what it launched before it waited or computed), not how fast this
+        // thread woke up, so a seed makes the same choices run after run.
+        for (auto quiet = std::chrono::steady_clock::now() - last_push_; quiet < kQuiet;
+             quiet = std::chrono::steady_clock::now() - last_push_) {
+          lock.unlock();
+          std::this_thread::sleep_for(kQuiet - quiet);
+          lock.lock();
+        }
+        pick = static_cast<size_t>(random_() % runnable_.size());
+        // A slow kernel now and then: the host runs ahead before the task's work is visible.
+        if (random_() % 4 == 0) held = std::chrono::microseconds(random_() % 200);
+      }
       Stream& stream = *runnable_[pick];
       runnable_.erase(runnable_.begin() + static_cast<std::ptrdiff_t>(pick));
       stream.runnable = false;
@@ -248,6 +260,7 @@ class Scheduler {
       stream.tasks.pop_front();
       if (!runnable_.empty() && must_wake()) work_cv_.notify_one();
       lock.unlock();
+      if (held.count() > 0) std::this_thread::sleep_for(held);
       if (entry.run) {
         entry.run();  // never throws: the runtime wraps every task
         entry = Entry{};  // its captures go before the stream counts as idle
@@ -271,7 +284,9 @@ class Scheduler {
   }
 
   static constexpr int kYields = 64;
+  static constexpr std::chrono::microseconds kQuiet{1000};  // no launch for that long: choose
   const std::optional<uint64_t> seed_;
+  std::chrono::steady_clock::time_point last_push_;  // under mutex_
   std::mt19937_64 random_;  // under mutex_
   std::mutex mutex_;
   std::condition_variable work_cv_;  // workers sleep on it
