@@ -84,6 +84,8 @@ def device_handle_streams(ctx):
     assert start.query() and end.query(), "events not complete after Event.synchronize()"
     elapsed = start.elapsed_time(end)
     assert elapsed >= 0.0, f"elapsed_time {elapsed} ms, expected >= 0"
+    with handle.stream(high):
+        _slowly(ones, ones)  # still running when synchronize() is called
     handle.synchronize()
     assert high.query() and default.query(), "streams busy after synchronize()"
 

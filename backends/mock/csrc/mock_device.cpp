@@ -5,10 +5,52 @@
 #include <accelkit/accelkit.h>
 #include <accelkit/python.h>
 
+#include <pybind11/pybind11.h>
+
 #include <chrono>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// A wait the host releases (as a kernel spinning on a flag the host writes:
+// cuStreamWaitValue32): each wait() holds the current stream until release(). For tests that
+// queue work on several streams and then let the device choose among all of it at once.
+class Hold {
+ public:
+  void when_released(accelkit::Runtime::Resume resume) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!released_) {
+        waiters_.push_back(std::move(resume));
+        return;
+      }
+    }
+    resume(nullptr);
+  }
+
+  void release() {
+    std::vector<accelkit::Runtime::Resume> waiters;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = true;
+      waiters.swap(waiters_);
+    }
+    for (auto& resume : waiters) resume(nullptr);
+  }
+
+ private:
+  std::mutex mutex_;
+  bool released_ = false;
+  std::vector<accelkit::Runtime::Resume> waiters_;
+};
+
+}  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   static auto* runtime = new accelkit_mock::MockRuntime();  // lives as long as the process
@@ -22,6 +64,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     runtime->launch(device, accelkit::current_stream(device), "_sleep",
                     [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
   });
+  pybind11::class_<Hold, std::shared_ptr<Hold>>(m, "_Hold")
+      .def(pybind11::init<>())
+      .def("wait",
+           [](const std::shared_ptr<Hold>& hold) {
+             const int device = accelkit::current_device();
+             runtime->stream_wait(device, accelkit::current_stream(device), "_Hold.wait",
+                                  [hold](accelkit::Runtime::Resume resume) {
+                                    hold->when_released(std::move(resume));
+                                  });
+           })
+      .def("release", &Hold::release, pybind11::call_guard<pybind11::gil_scoped_release>());
   // A kernel that fails with `message` when the current stream runs it: how an error of
   // queued work surfaces (at the next synchronizing call, naming the kernel).
   m.def("_fail", [](const std::string& message) {

@@ -39,6 +39,7 @@
 #include <c10/util/Exception.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstddef>
@@ -102,8 +103,9 @@ inline bool parse_bytes(const std::string& text, size_t& out) {
 // little (a slow kernel), so the device's interleaving of the streams, and its timing against
 // the host, are drawn from the seed: an ordering bug (a missing stream wait, event or
 // record_stream) shows under some seeds and comes back with the same seed. Each choice waits
-// until the host has launched nothing for 1 ms, so the streams that have work at a choice are
-// what the program launched before it waited or computed, not how fast the worker woke; a
+// until the host has launched nothing (nor released a wait) for 1 ms, so the streams that have
+// work at a choice are what the program launched before it waited or computed, not how fast
+// the worker woke, and the seed picks among them in stream order; a
 // host whose launches pause longer than that mid-burst (or several host threads launching at
 // once) can still change them.
 class Scheduler {
@@ -215,7 +217,13 @@ class Scheduler {
     if (stream.key.second != 0) streams_.erase(stream.key);
   }
 
+  static bool& on_worker() {
+    thread_local bool value = false;
+    return value;
+  }
+
   void loop() {
+    on_worker() = true;
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       if (runnable_.empty()) {
@@ -248,7 +256,13 @@ class Scheduler {
           std::this_thread::sleep_for(kQuiet - quiet);
           lock.lock();
         }
-        pick = static_cast<size_t>(random_() % runnable_.size());
+        // The k-th stream in (device, stream) order: the order in which streams got work is
+        // the host's timing, not the program's.
+        std::vector<size_t> order(runnable_.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::sort(order.begin(), order.end(),
+                  [this](size_t a, size_t b) { return runnable_[a]->key < runnable_[b]->key; });
+        pick = order[static_cast<size_t>(random_() % runnable_.size())];
         // A slow kernel now and then: the host runs ahead before the task's work is visible.
         if (random_() % 4 == 0) held = std::chrono::microseconds(random_() % 200);
       }
@@ -275,6 +289,8 @@ class Scheduler {
       lock.unlock();
       entry.wait([this, &stream] {
         std::lock_guard<std::mutex> relock(mutex_);
+        // Released by the host (not by a task on the worker): work arriving, as a launch.
+        if (seed_ && !on_worker()) last_push_ = std::chrono::steady_clock::now();
         stream.parked = false;
         settled(stream, false);
       });
