@@ -249,6 +249,10 @@ class CheckContext:
         self.world_size = world_size
         self.local_rank = local_rank
         self.spec = spec
+        #: The check's table: dicts it appends (one per case checked, e.g. an op and a dtype)
+        #: travel with its result to the reports; the engine judges rows whose ``status`` is
+        #: ``fail`` or ``error`` against the expectations' ``[ops]`` table.
+        self.rows: list[dict] = []
 
     @property
     def device_type(self) -> str:

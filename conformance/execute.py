@@ -173,6 +173,7 @@ def _run(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankRes
         result.traceback = _check_traceback(exc)
     if result.status != "pass":
         _drain(handle, result)
+    result.rows = ctx.rows
     result.duration_s = round(time.perf_counter() - start, 6)
     result.peak_host_mb, result.peak_device_mb = peak_memory(handle)
     result.group_count = torch_internals.group_counter()

@@ -25,6 +25,18 @@ ranks (one of the sizes it is written for) and wins over a plain ``"id"`` entry.
 has is an error naming it and the closest known ids (catches typos);
 a malformed file is an error naming the file and the line or key.
 
+An ``[ops]`` table lists the operators a backend is known to compute wrongly, for the ``ops``
+area (:mod:`accelkit.conformance.checks._opinfo`): OpInfo names (``name`` or
+``name.variant``, as torch's ``op_db`` spells them) to an ``xfail`` status, a reason and
+optionally the ``dtypes`` it applies to (default: every dtype), a ``link`` and a ``torch``
+range. A matching row that differs from the CPU is XFAIL, one that matches is XPASS (remove
+the entry); the check fails on any other row that differs::
+
+    [ops."linalg.eigh"]
+    status = "xfail"
+    reason = "the device's eigensolver orders degenerate eigenvectors differently"
+    dtypes = ["complex64"]
+
 The same file may hold an ``[upstream]`` table for ``accelkit upstream`` (PyTorch's own tests):
 test node-id glob patterns (``fnmatch``: ``*``, ``?``, ``[...]``; node ids are
 ``<path relative to --tests>::<Class>::<test>``) to a status, a reason, a ``category`` (one of
@@ -62,7 +74,8 @@ STATUSES = ("xfail", "skip")
 CATEGORIES = ("unsupported-op", "version-skew", "torch-limitation", "backend-bug")
 _KEYS = {"status", "reason", "link", "torch"}
 _UPSTREAM_KEYS = _KEYS | {"category"}
-_TABLES = ("checks", "upstream")
+_OPS_KEYS = _KEYS | {"dtypes"}
+_TABLES = ("checks", "upstream", "ops")
 
 
 class ExpectationsError(Exception):
@@ -164,7 +177,7 @@ def _read(path: Path) -> tuple[str, dict]:
     if extra:
         raise ExpectationsError(
             f"{path}: unknown top-level key(s) {', '.join(map(repr, extra))}; "
-            "entries go under [checks.\"area.name\"] or [upstream.\"PATTERN\"]")
+            "entries go under [checks.\"area.name\"], [upstream.\"PATTERN\"] or [ops.\"OP\"]")
     return text, data
 
 
@@ -240,6 +253,59 @@ def load(path: str | Path, known: Mapping[str, Any] | set[str],
             continue
         result[check_id] = Expectation(base_id, entry["status"], entry["reason"].strip(),
                                        entry.get("link"), entry.get("torch"), world_size)
+    return result
+
+
+@dataclass(frozen=True)
+class OpExpectation:
+    """One ``[ops."OP"]`` entry: the op (an OpInfo name) is known to differ from the CPU, in
+    ``dtypes`` (None: every dtype)."""
+
+    op: str
+    reason: str
+    dtypes: tuple[str, ...] | None = None
+    link: str | None = None
+    torch: str | None = None
+
+    def covers(self, row: dict) -> bool:
+        """Whether a row of the ``ops`` area (``op``, ``dtype``) is this entry's."""
+        return row.get("op") == self.op and (self.dtypes is None or row.get("dtype") in self.dtypes)
+
+
+def load_ops(path: str | Path, known: set[str] | None, torch_version: str) -> dict[str, OpExpectation]:
+    """The ``[ops]`` entries of ``path`` that apply to ``torch_version``, by op name. ``known``
+    holds the OpInfo names (an unknown name is an error naming the closest); None skips that
+    check."""
+    path = Path(path)
+    text, data = _read(path)
+    entries = data.get("ops", {})
+    if not isinstance(entries, dict):
+        raise ExpectationsError(f"{path}: 'ops' must be a table of [ops.\"OP\"] entries")
+    result = {}
+    for op, entry in entries.items():
+        line = _line_of(text, op, "ops")
+        where = f"{path}:{line}" if line else str(path)
+        key = f"ops.\"{op}\""
+        if not isinstance(entry, dict) or (entry and all(isinstance(v, dict) for v in entry.values())):
+            raise ExpectationsError(f"{where}: ops.{op} is not an entry; quote dotted names: "
+                                    f"[ops.\"name.variant\"]")
+        if known is not None and op not in known:
+            close = difflib.get_close_matches(op, sorted(known), n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise ExpectationsError(f"{where}: {key}: torch's op_db has no OpInfo {op!r}{hint}")
+        if not _entry(where, key, entry, _OPS_KEYS, torch_version):
+            continue
+        if entry["status"] != "xfail":
+            raise ExpectationsError(f"{where}: {key}.status must be \"xfail\" (an op's rows "
+                                    "always run; skip the whole check under [checks] instead)")
+        dtypes = entry.get("dtypes")
+        if dtypes is not None and (not isinstance(dtypes, list)
+                                   or not all(isinstance(d, str) for d in dtypes)):
+            raise ExpectationsError(f"{where}: {key}.dtypes must be a list of dtype names "
+                                    "(e.g. [\"float16\", \"bfloat16\"])")
+        result[op] = OpExpectation(op, entry["reason"].strip(),
+                                   tuple(dtypes) if dtypes is not None else None,
+                                   entry.get("link"), entry.get("torch"))
     return result
 
 

@@ -52,10 +52,14 @@ class RankResult:
     exit: str | None = None  # how a dead rank ended: "exit code 3", "SIGSEGV"
     log_tail: str = ""       # the rank's stderr since the check started (crash/timeout)
     group_count: int = 0     # c10d's group counter after the check (kept in step across ranks)
+    #: The check's table (``ctx.rows``): one dict per case it checked, e.g. the ``ops`` area's
+    #: op x dtype rows (:mod:`accelkit.conformance.checks._opinfo`).
+    rows: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data.pop("group_count")
+        data.pop("rows")  # the check's, merged: CheckResult.rows
         return data
 
 
@@ -78,6 +82,11 @@ class CheckResult:
     @property
     def area(self) -> str:
         return self.id.split(".", 1)[0]
+
+    @property
+    def rows(self) -> list[dict]:
+        """Every rank's table rows (:attr:`RankResult.rows`), in rank order."""
+        return [row for r in self.ranks for row in r.rows]
 
     @property
     def name(self) -> str:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from accelkit.conformance import expectations as expectations_mod
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import Expectation
+from accelkit.conformance.expectations import Expectation, OpExpectation
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome, merge
@@ -33,6 +34,7 @@ from accelkit.conformance.plan import Plan, Step, make_plan, probe_host
 from accelkit.conformance.pool import Pool, PoolStartError
 from accelkit.conformance.session import Session
 from accelkit.core.spec import BackendSpec
+from accelkit.core.versions import torch_version
 
 #: Consecutive crashes of the pool in one area after which the area's other checks do not run.
 CRASH_STORM = 3
@@ -58,6 +60,14 @@ class Runner:
         self._prepare_s = 0.0
         self._crashes: dict[str, list[CheckResult]] = {}  # area -> its latest crashes in a row
         self._stopped: dict[str, str] = {}  # area -> why its other checks do not run
+        self._ops: dict[str, OpExpectation] | None = None
+
+    def _ops_expected(self) -> dict[str, OpExpectation]:
+        """The expectations file's ``[ops]`` entries (validated when the session was made)."""
+        if self._ops is None:
+            path = self.options.expectations
+            self._ops = expectations_mod.load_ops(path, None, torch_version()) if path else {}
+        return self._ops
 
     # -- pools ------------------------------------------------------------------------------
     def _pool_for(self, world_size: int, simulated: bool = False) -> Pool:
@@ -176,7 +186,10 @@ class Runner:
             f"{crashes[0].key}:\n{first}")
 
     def record(self, result: CheckResult, expectation: Expectation | None) -> None:
-        """Apply ``expectation`` to ``result``, add it to the report and show progress."""
+        """Judge the check's rows, apply ``expectation`` to ``result``, add it to the report
+        and show progress."""
+        if result.rows:
+            judge_rows(result, self._ops_expected())
         apply_expectation(result, expectation)
         self.report.results.append(result)
         if self.progress is not None:
@@ -214,6 +227,33 @@ class Runner:
             self.close()
             self.report.duration_s = round(time.perf_counter() - started, 3)
         return self.report
+
+
+#: Row statuses that fail a check unless an ``[ops]`` expectation covers them.
+WRONG_ROWS = ("fail", "error")
+
+
+def judge_rows(result: CheckResult, expected: dict[str, OpExpectation]) -> None:
+    """A check with a table (the ``ops`` area's op x dtype rows) fails on its wrong rows: a
+    covered row becomes ``xfail`` (``xpass`` when it matched), and a PASS with any other wrong
+    row becomes FAIL naming the first ones."""
+    rows = result.rows
+    for row in rows:
+        entry = expected.get(row.get("op", ""))
+        if entry is None or not entry.covers(row):
+            continue
+        row["expectation"] = entry.reason
+        if row["status"] in WRONG_ROWS:
+            row["status"] = "xfail"
+        elif row["status"] == "pass":
+            row["status"] = "xpass"
+    wrong = [row for row in rows if row["status"] in WRONG_ROWS]
+    if wrong and result.outcome is Outcome.PASS:
+        result.outcome = Outcome.FAIL
+        shown = "\n".join(f"{row['op']} {row['dtype']}: {row['detail']}" for row in wrong[:10])
+        more = f"\n... and {len(wrong) - 10} more (the report's op table)" if len(wrong) > 10 else ""
+        result.reason = (f"{len(wrong)} of {len(rows)} cases differ from the CPU or raise; list "
+                         f"known ones under [ops] in the expectations file:\n{shown}{more}")
 
 
 def apply_expectation(result: CheckResult, expectation: Expectation | None) -> None:

@@ -80,6 +80,10 @@ def resolve(options: Options) -> Session:
     if path:
         try:
             expectations = expectations_mod.load(path, checks, torch_version())
+            if any(c.area == "ops" for c in selected):  # names checked against torch's op_db
+                from accelkit.conformance.checks._opinfo import op_names
+
+                expectations_mod.load_ops(path, op_names(), torch_version())
         except expectations_mod.ExpectationsError as exc:
             raise UsageError(str(exc)) from None
         options.expectations = path

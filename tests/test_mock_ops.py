@@ -4,7 +4,8 @@ classes of ops that bypass the fallback (fused RNN cells, zero tensors, composit
 that assume CPU or CUDA). The module registers the mock, so it runs in a pytest subprocess of
 its own; with ACCELKIT_MOCK_HOST_ACCESSIBLE=0 it runs a second time through the copying paths
 a discrete device takes (at::native::cpu_fallback, staged copies), and a third time as a
-discrete asynchronous device (every op queued on a stream)."""
+discrete asynchronous device (every op queued on a stream; the `ops` area runs the zero-copy
+asynchronous mode in conformance-modes)."""
 
 from __future__ import annotations
 
@@ -351,3 +352,43 @@ else:
             torch.testing.assert_close(on_mock.cpu(), on_cpu, atol=1e-5, rtol=1e-4)
         for args in ((8,), (8, False), (8, True, 5.0)):
             _same(torch.kaiser_window(*args, device="mock"), torch.kaiser_window(*args))
+
+    def test_normalisations_in_half_precision_match_the_cpu():
+        """layer_norm of a float16 input accumulates in float as the CPU kernel does (the
+        composite math_native_layer_norm a device gets first computes in float16); batch_norm
+        takes float32 running statistics beside a float16 input, in eval and training mode; the
+        statistics come back in the CPU's dtypes and sizes on a queued device too."""
+        x, w, b = _gen(1, 2, 3, dtype=torch.half), _gen(2, 3, dtype=torch.half, seed=1), _gen(2, 3, dtype=torch.half, seed=2)
+        _same(torch.nn.functional.layer_norm(x.to("mock"), (2, 3), w.to("mock"), b.to("mock")),
+              torch.nn.functional.layer_norm(x, (2, 3), w, b))
+        _same(torch.native_layer_norm(x.to("mock"), (3,), None, None, 1e-5),
+              torch.native_layer_norm(x, (3,), None, None, 1e-5))
+        inp = _gen(3, 4, dtype=torch.half)
+        for training in (False, True):
+            stats = [_gen(4, seed=3), _gen(4, seed=4).abs() + 0.5, _gen(4, seed=5), _gen(4, seed=6)]
+            on_mock = [t.to("mock") for t in stats]
+            _same(torch.nn.functional.batch_norm(inp.to("mock"), *on_mock, training=training),
+                  torch.nn.functional.batch_norm(inp, *stats, training=training))
+            _same(on_mock[:2], stats[:2])  # the running statistics, updated alike
+            _same(torch.native_batch_norm(inp.to("mock"), *on_mock[2:], *on_mock[:2], training, 0.1, 1e-5),
+                  torch.native_batch_norm(inp, *stats[2:], *stats[:2], training, 0.1, 1e-5))
+
+    def test_out_kernels_that_return_through_the_conjugate_bit():
+        """linalg_lu_solve with left=False hands its result back by flipping the out tensor's
+        conjugate bit (BatchLinearAlgebra.cpp); the device tensor gets the same values."""
+        a, b = _gen(3, 3, dtype=torch.cfloat), _gen(4, 3, dtype=torch.cfloat, seed=1)
+        lu, piv = torch.linalg.lu_factor(a)
+        for adjoint in (False, True):
+            want = torch.linalg.lu_solve(lu, piv, b, left=False, adjoint=adjoint)
+            got = torch.linalg.lu_solve(lu.to("mock"), piv.to("mock"), b.to("mock"), left=False,
+                                        adjoint=adjoint)
+            torch.testing.assert_close(got.cpu().resolve_conj(), want.resolve_conj())
+
+    def test_python_scalars_promote_as_on_the_cpu():
+        """A Python number next to a tensor is a wrapped number: it does not promote a float32
+        0-dim tensor or an int64 tensor to float64 (the queued path infers outputs from the
+        meta kernel, which must see the flag)."""
+        zero_dim, ints = torch.tensor(1.5), torch.arange(4)
+        _same(zero_dim.to("mock") + 0.5, zero_dim + 0.5)
+        _same(ints.to("mock") * 0.7, ints * 0.7)
+        _same(ints.to("mock") + 1e-6, ints + 1e-6)

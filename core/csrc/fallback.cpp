@@ -188,6 +188,22 @@ void sync_argument(const Context& ctx, const Wrapped& w) {
   }
 }
 
+// Some CPU out= kernels hand their result back by flipping the out tensor's conjugate or
+// negative bit (linalg_lu_solve_out with left=False ends in result._set_conj(...)). The
+// caller's device tensor keeps its bits (an asynchronous launch cannot change them after the
+// call returned), so the kernel's host tensor `h` gets the bits `conj`/`neg` back and its data
+// is conjugated or negated in place instead: the same values.
+void keep_math_bits(const at::Tensor& h, bool conj, bool neg) {
+  if (!h.defined() || (h.is_conj() == conj && h.is_neg() == neg)) return;
+  at::Tensor raw = host_tensor(h.storage(), h);
+  raw.unsafeGetTensorImpl()->_set_conj(false);
+  raw.unsafeGetTensorImpl()->_set_neg(false);
+  if (h.is_conj() != conj) raw.conj_physical_();
+  if (h.is_neg() != neg) raw.neg_();
+  h.unsafeGetTensorImpl()->_set_conj(conj);
+  h.unsafeGetTensorImpl()->_set_neg(neg);
+}
+
 // Copying runtimes: upload every host copy the kernel wrote (grown if the kernel resized it).
 // Bytes are compared with the snapshot, not just the schema's (a!) marks: some CPU kernels
 // write arguments their schema does not mark (native_batch_norm's running statistics).
@@ -280,9 +296,27 @@ bool is_generator(const c10::TypePtr& type) {
               c10::TypeKind::GeneratorType);
 }
 
+// What the meta kernel needs of `t`: sizes, strides, dtype, and the flags type promotion and
+// the math bits read (a wrapped number, a Python scalar an op wrapped as a 0-dim CPU double,
+// must not promote a float tensor to double).
 at::Tensor to_meta(const at::Tensor& t) {
   if (!t.defined()) return t;
-  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  at::Tensor m = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+  c10::TensorImpl* impl = m.unsafeGetTensorImpl();
+  if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
+  if (t.is_conj()) impl->_set_conj(true);
+  if (t.is_neg()) impl->_set_neg(true);
+  return m;
+}
+
+// Ops whose meta kernel infers other outputs than the CPU kernel returns: native_layer_norm's
+// and the batch norms' statistics (float32 beside a float16 input in the meta kernels, CUDA's
+// contract; the input's dtype on the CPU; native_batch_norm's are empty in eval mode on the
+// CPU). Their outputs cannot be allocated ahead from the meta kernel, so they run when called.
+bool meta_disagrees(const c10::OperatorHandle& op) {
+  const std::string& name = op.operator_name().name;
+  return name == "aten::native_layer_norm" || name == "aten::native_batch_norm" ||
+         name == "aten::_batch_norm_with_update" || name == "aten::_native_batch_norm_legit";
 }
 
 // True for a list of optional tensors (index's indices); false for lists of scalars.
@@ -331,6 +365,7 @@ int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret
 // the op cannot be queued (see 4. above): then nothing was allocated and the stack is as given.
 bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first,
                   int device, torch::jit::Stack& outputs) {
+  if (meta_disagrees(op)) return false;
   const c10::FunctionSchema& schema = op.schema();
   const auto& args = schema.arguments();
   const auto& rets = schema.returns();
@@ -443,8 +478,10 @@ struct Task {
   // A fresh CPU result into its preallocated device output (`out`: its launch-time view).
   void store(const at::Tensor& out, const at::Tensor& result, const c10::OperatorName& name) {
     if (!out.defined()) return;
-    TORCH_CHECK(result.sizes() == out.sizes(), name, ": the CPU kernel returned sizes ",
-                result.sizes(), " where its meta kernel inferred ", out.sizes());
+    TORCH_CHECK(result.sizes() == out.sizes() && result.scalar_type() == out.scalar_type(), name,
+                ": the CPU kernel returned ", result.scalar_type(), " of sizes ", result.sizes(),
+                " where its meta kernel inferred ", out.scalar_type(), " of sizes ", out.sizes(),
+                " (list the op in meta_disagrees, core/csrc/fallback.cpp)");
     if (zero_copy) {
       out.copy_(result);
       return;
@@ -494,7 +531,18 @@ bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_
         return task.host(t, (*on_device)[k++]);
       }));
     }
+    const auto& args = op.schema().arguments();
+    c10::SmallVector<std::pair<bool, bool>, 4> bits;  // the out= arguments' bits at launch
+    for (size_t i = 0; i < args.size(); ++i) {
+      const bool out = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+      const at::Tensor t = out && host[i].isTensor() ? host[i].toTensor() : at::Tensor();
+      bits.emplace_back(t.defined() && t.is_conj(), t.defined() && t.is_neg());
+    }
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+    for (size_t i = 0; i < args.size(); ++i) {
+      const bool out = args[i].alias_info() != nullptr && args[i].alias_info()->isWrite();
+      if (out && host[i].isTensor()) keep_math_bits(host[i].toTensor(), bits[i].first, bits[i].second);
+    }
     if (!zero_copy) task.write_back();
     const auto& rets = op.schema().returns();
     for (size_t r = 0; r < rets.size(); ++r) {
@@ -581,6 +629,9 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
 
+  for (const Wrapped& w : ctx.wrapped) {
+    if (w.mutable_arg) keep_math_bits(w.host, w.device.is_conj(), w.device.is_neg());
+  }
   if (!ctx.zero_copy) upload_images(ctx);
   for (const Wrapped& w : ctx.wrapped) sync_argument(ctx, w);
   const size_t nret = schema.returns().size();

@@ -350,11 +350,18 @@ void detail::register_kernels(KernelTable& m) {
   // Ops whose CompositeExplicitAutograd kernel, which a device without its own kernel gets
   // before the fallback, assumes what only CPU and CUDA provide: math_group_norm views its input
   // as contiguous (a channels_last input fails), kaiser_window calls a DispatchStub that has
-  // no PrivateUse1 entry (an internal assert). The fallback runs them as the CPU ops they are.
+  // no PrivateUse1 entry (an internal assert), math_native_layer_norm computes a float16 or
+  // bfloat16 input's statistics in that dtype (the CPU and CUDA kernels accumulate in float:
+  // a layer_norm result a few units in the last place away), the eval-mode batch norms
+  // (_native_batch_norm_legit_no_training, _batch_norm_no_update) refuse float32 running
+  // statistics beside a float16 input, which the CPU and CUDA kernels take; math_addr computes
+  // a float16 outer product in float16 (the CPU and CUDA kernels in float). The fallback runs
+  // them as the CPU ops they are.
   for (const char* name : {"_grid_sampler_2d_cpu_fallback", "_grid_sampler_2d_cpu_fallback.out",
                            "_grid_sampler_2d_cpu_fallback_backward", "_saturate_weight_to_fp16",
                            "native_group_norm", "native_group_norm_backward", "kaiser_window",
-                           "kaiser_window.periodic", "kaiser_window.beta"}) {
+                           "kaiser_window.periodic", "kaiser_window.beta", "native_layer_norm",
+                           "_native_batch_norm_legit_no_training", "_batch_norm_no_update", "addr"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
 }

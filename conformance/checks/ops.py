@@ -1,0 +1,80 @@
+"""Operators: torch's OpInfo database (``common_methods_invocations.op_db``, about 700 ops)
+on the device under test against the CPU, as torch's ``TestCommon.test_compare_cpu``
+(test/test_ops.py) checks CUDA: each op's sample inputs, forward and, where the OpInfo
+supports autograd, backward, in float32, float16, bfloat16, int64, bool and complex64 where the
+OpInfo declares them (:mod:`accelkit.conformance.checks._opinfo` says how, and which ops torch
+itself leaves out). One check per family of ops; the ranks split each family's ops between
+them (each op runs on one rank, on its own device), so a check's time shrinks with the ranks.
+
+Every op x dtype is a row of the report's op table: which ops, which dtypes, how many samples,
+the first wrong value. A check fails on any row that differs from the CPU or raises, unless
+the backend's expectations list the op under ``[ops]`` with a reason. ``ACCELKIT_OPS_LEVEL``
+picks the level: ``quick`` (default: two samples per op and dtype, backward in float32) or
+``full`` (every sample, backward in every dtype checked). On the cpu backend the area SKIPs:
+the CPU is the reference.
+"""
+
+from __future__ import annotations
+
+from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.checks import _opinfo
+from accelkit.conformance.checks._util import ALSO_AT
+from accelkit.conformance.execute import device_handle, synchronize
+
+CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, any_world_size=True, timeout=600)
+
+
+def _family(ctx, name: str) -> str:
+    if ctx.device_type == "cpu":
+        ctx.skip("the ops area compares the device with the CPU; on the cpu backend the CPU is "
+                 "the reference itself")
+    handle = device_handle(ctx.device_type)
+    rows = _opinfo.run_family(name, ctx.device, ctx.rank, ctx.world_size,
+                              lambda: synchronize(handle))
+    ctx.rows.extend(rows)
+    ops = {row["op"] for row in rows}
+    checked = sum(row["status"] != "skip" for row in rows)
+    return (f"{_opinfo.level()}: {len(ops)} ops, {len(rows)} op x dtype rows "
+            f"({checked} compared) on rank {ctx.rank}")
+
+
+@check
+def unary(ctx):
+    """Elementwise unary ops (the ``UnaryUfuncInfo`` entries of torch.testing's ``op_db``: abs,
+    exp, sin, ...) equal the CPU's on their OpInfo samples, forward and backward."""
+    return _family(ctx, "unary")
+
+
+@check
+def binary(ctx):
+    """Elementwise binary ops (torch.testing's ``BinaryUfuncInfo`` entries: add, mul, pow,
+    comparisons, ...), with the broadcasting and type promotion their samples use, equal the CPU's."""
+    return _family(ctx, "binary")
+
+
+@check
+def reductions(ctx):
+    """Reductions (torch.testing's ``ReductionOpInfo`` entries: sum, mean, amax, prod, ...)
+    over every dim and keepdim their samples use equal the CPU's."""
+    return _family(ctx, "reductions")
+
+
+@check
+def nn(ctx):
+    """torch.nn.functional ops (convolutions, pooling, normalisations, losses, attention,
+    ...) equal the CPU's on their OpInfo samples, forward and backward."""
+    return _family(ctx, "nn")
+
+
+@check
+def linalg(ctx):
+    """torch.linalg, torch.fft and torch.special ops equal the CPU's (with the OpInfo's own
+    output processing where results are defined up to sign or phase)."""
+    return _family(ctx, "linalg")
+
+
+@check
+def other(ctx):
+    """Every other OpInfo of torch.testing's ``op_db``: views, indexing, scatter/gather, shape
+    ops, sorting, factories, type conversions, matmul and the rest, equal to the CPU's."""
+    return _family(ctx, "other")
