@@ -21,9 +21,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import environment, write_section
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-README = HERE / "README.md"
 BEGIN, END = "<!-- ops_area.py: begin -->", "<!-- ops_area.py: end -->"
 #: The mock's modes, as conformance-modes runs them.
 MODES = {
@@ -55,15 +56,6 @@ def run(mode: str, level: str) -> dict:
                                   for row in rows if row["status"] in ("fail", "error", "xfail", "xpass")})}
 
 
-def _environment() -> dict:
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                            capture_output=True).stdout.strip()
-    return {"commit": commit or None, "torch": torch.__version__, "load_before": os.getloadavg(),
-            "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
 def readme_section(data: dict) -> str:
     env = data["environment"]
     lines = [BEGIN, "", "`python bench/ops_area.py` (regenerates this section, raw results in "
@@ -90,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-full", action="store_true", help="skip the full level")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
     args = parser.parse_args(argv)
-    data = {"environment": _environment(), "runs": []}
+    data = {"environment": environment(), "runs": []}
     plan = [(mode, "quick") for mode in args.modes] + ([] if args.no_full else [("default", "full")])
     for mode, level in plan:
         result = run(mode, level)
@@ -102,14 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "ops-area.json").write_text(json.dumps(data, indent=1) + "\n")
     if not args.no_readme:
-        text = README.read_text()
-        section = readme_section(data)
-        if BEGIN in text:
-            head, rest = text.split(BEGIN, 1)
-            text = head + section + rest.split(END, 1)[1]
-        else:
-            text = text.rstrip("\n") + "\n\n## Operators\n\n" + section + "\n"
-        README.write_text(text)
+        write_section(readme_section(data), BEGIN, END, "Operators")
     return 0 if all(r["exit"] == 0 for r in data["runs"]) else 1
 
 

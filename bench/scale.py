@@ -28,9 +28,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _results import environment, write_section
+
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
-README = HERE / "README.md"
 BEGIN, END = "<!-- scale.py: begin -->", "<!-- scale.py: end -->"
 #: The real tier's checks: the areas whose checks are written for any world size.
 REAL_AREAS = ("devicemesh",)
@@ -81,19 +82,10 @@ def _per_size(report: dict, n: int) -> dict:
             "peak_ranks_sum_mib": round(peak, 1), "summary": summary}
 
 
-def _environment() -> dict:
-    import torch
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, text=True,
-                            capture_output=True).stdout.strip()
-    return {"commit": commit or None, "torch": torch.__version__, "load_before": os.getloadavg(),
-            "cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
 def measure(simulated: list[int], real: list[int], save) -> dict:
     """Measure both tiers; ``save(data)`` after each run, so a run stopped early keeps the
     sizes measured so far."""
-    data = {"environment": _environment(), "simulated": [], "real": []}
+    data = {"environment": environment(), "simulated": [], "real": []}
     whole = _conformance(["--area", "scale", *(a for n in simulated for a in ("--world-size", str(n)))])
     report = whole.pop("report")
     data["whole_area"] = whole
@@ -169,16 +161,6 @@ def readme_section(data: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(section: str) -> None:
-    text = README.read_text()
-    if BEGIN in text:
-        head, rest = text.split(BEGIN, 1)
-        text = head + section + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n## World sizes\n\n" + section + "\n"
-    README.write_text(text)
-
-
 def _sizes(text: str) -> list[int]:
     return [int(n) for n in text.split(",") if n.strip()]
 
@@ -195,7 +177,7 @@ def main(argv=None) -> int:
         (RESULTS / "scale.json").write_text(json.dumps(data, indent=1) + "\n")
         plot(data, RESULTS / "scale.png")
         if not args.no_readme:
-            write_readme(readme_section(data))
+            write_section(readme_section(data), BEGIN, END, "World sizes")
 
     data = measure(args.simulated, args.real, save)
     print(readme_section(data))

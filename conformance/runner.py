@@ -189,7 +189,7 @@ class Runner:
         """Judge the check's rows, apply ``expectation`` to ``result``, add it to the report
         and show progress."""
         if result.rows:
-            judge_rows(result, self._ops_expected())
+            judge_rows(result, self._ops_expected(), strict=self.options.strict)
         apply_expectation(result, expectation)
         self.report.results.append(result)
         if self.progress is not None:
@@ -233,10 +233,10 @@ class Runner:
 WRONG_ROWS = ("fail", "error")
 
 
-def judge_rows(result: CheckResult, expected: dict[str, OpExpectation]) -> None:
+def judge_rows(result: CheckResult, expected: dict[str, OpExpectation], strict: bool = False) -> None:
     """A check with a table (the ``ops`` area's op x dtype rows) fails on its wrong rows: a
-    covered row becomes ``xfail`` (``xpass`` when it matched), and a PASS with any other wrong
-    row becomes FAIL naming the first ones."""
+    covered row becomes ``xfail`` (``xpass`` when it matched: a wrong row under ``--strict``,
+    the entry is stale), and a PASS with any other wrong row becomes FAIL naming the first ones."""
     rows = result.rows
     for row in rows:
         entry = expected.get(row.get("op", ""))
@@ -247,7 +247,7 @@ def judge_rows(result: CheckResult, expected: dict[str, OpExpectation]) -> None:
             row["status"] = "xfail"
         elif row["status"] == "pass":
             row["status"] = "xpass"
-    wrong = [row for row in rows if row["status"] in WRONG_ROWS]
+    wrong = [row for row in rows if row["status"] in WRONG_ROWS or (strict and row["status"] == "xpass")]
     if wrong and result.outcome is Outcome.PASS:
         result.outcome = Outcome.FAIL
         shown = "\n".join(f"{row['op']} {row['dtype']}: {row['detail']}" for row in wrong[:10])

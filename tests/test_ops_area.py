@@ -79,6 +79,9 @@ torch = ">=2.14"
         assert result.outcome is Outcome.PASS
         assert [(r["op"], r["status"], r["expectation"]) for r in result.rows] == [
             ("to_sparse", "xfail", "no sparse kernels"), ("add", "xpass", "was wrong once")]
+        strict = _result(_row("add", "float32", "pass"))
+        judge_rows(strict, exp, strict=True)
+        assert strict.outcome is Outcome.FAIL and "add float32" in strict.reason
 
 else:
     import accelkit.backends.mock  # noqa: F401
