@@ -41,11 +41,14 @@ def run(mode: str, level: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", ACCELKIT_OPS_LEVEL=level, **MODES[mode])
     with tempfile.TemporaryDirectory() as reports:
         start = time.perf_counter()
-        proc = subprocess.run([sys.executable, "-m", "accelkit.conformance", "--backend", "mock",
+        proc = subprocess.run([sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
                                "--area", "ops", "--report-dir", reports], env=env,
                               capture_output=True, text=True)
         wall = time.perf_counter() - start
-        report = json.loads((Path(reports) / "report.json").read_text())
+        written = Path(reports) / "report.json"
+        if not written.exists():
+            raise SystemExit(f"no report from the {mode} {level} run:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        report = json.loads(written.read_text())
     rows = [row for check in report["checks"] for row in check["rows"]]
     return {"mode": mode, "level": level, "exit": proc.returncode, "wall_s": round(wall, 1),
             "checks_s": round(sum(c["duration_s"] for c in report["checks"]), 1),
