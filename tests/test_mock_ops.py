@@ -384,6 +384,16 @@ else:
                                         adjoint=adjoint)
             torch.testing.assert_close(got.cpu().resolve_conj(), want.resolve_conj())
 
+    def test_empty_arguments_do_not_alias_each_other():
+        """Tensors without elements (null storage) are distinct arguments: linalg_qr of a 3x0
+        matrix writes an empty Q and R beside an empty input (a queued discrete device used to
+        hand the CPU kernel one host image for all three)."""
+        for mode in ("reduced", "complete"):
+            got = torch.linalg.qr(torch.zeros(3, 0, dtype=torch.cfloat).to("mock"), mode=mode)
+            want = torch.linalg.qr(torch.zeros(3, 0, dtype=torch.cfloat), mode=mode)
+            for g, w in zip(got, want, strict=True):
+                torch.testing.assert_close(g.cpu(), w)
+
     def test_python_scalars_promote_as_on_the_cpu():
         """A Python number next to a tensor is a wrapped number: it does not promote a float32
         0-dim tensor or an int64 tensor to float64 (the queued path infers outputs from the

@@ -453,8 +453,13 @@ struct Task {
   at::Tensor host(const at::Tensor& view, bool is_device_memory) {
     if (zero_copy || !is_device_memory || !view.defined()) return view;
     void* data = view.storage().mutable_data();
+    // One image per device memory block, so arguments that alias on the device alias on the
+    // host. Empty storages all have a null pointer and alias nothing: each gets its own (an
+    // empty Q beside an empty input made linalg_qr take them for one tensor and assert).
     for (const TaskImage& image : images) {
-      if (image.device_data == data) return host_tensor(image.host_bytes.storage(), view);
+      if (data != nullptr && image.device_data == data) {
+        return host_tensor(image.host_bytes.storage(), view);
+      }
     }
     const auto nbytes = static_cast<int64_t>(view.storage().nbytes());
     at::Tensor bytes = at::empty({nbytes}, at::kByte);
