@@ -296,17 +296,12 @@ bool is_generator(const c10::TypePtr& type) {
               c10::TypeKind::GeneratorType);
 }
 
-// What the meta kernel needs of `t`: sizes, strides, dtype, and the flags type promotion and
-// the math bits read (a wrapped number, a Python scalar an op wrapped as a 0-dim CPU double,
-// must not promote a float tensor to double).
+// What the meta kernel needs of `t`: sizes, strides and dtype. A wrapped number (a Python
+// scalar an op wrapped as a 0-dim CPU double) stays as it is: meta kernels take CPU scalars,
+// and as a plain meta tensor it would promote a float32 result to float64.
 at::Tensor to_meta(const at::Tensor& t) {
-  if (!t.defined()) return t;
-  at::Tensor m = at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
-  c10::TensorImpl* impl = m.unsafeGetTensorImpl();
-  if (t.unsafeGetTensorImpl()->is_wrapped_number()) impl->set_wrapped_number(true);
-  if (t.is_conj()) impl->_set_conj(true);
-  if (t.is_neg()) impl->_set_neg(true);
-  return m;
+  if (!t.defined() || t.unsafeGetTensorImpl()->is_wrapped_number()) return t;
+  return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
 }
 
 // Ops whose meta kernel infers other outputs than the CPU kernel returns: native_layer_norm's
