@@ -118,6 +118,14 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "scale: the RNG tracker's shard index of every coordinate"),
     PrivateAPI("torch.distributed.tensor._utils._compute_local_shape_and_global_offset",
                "scale: the shard of every coordinate"),
+    # the ops area (conformance/checks/_opinfo.py): torch's own OpInfo database and tolerances
+    PrivateAPI("torch.testing._internal.common_methods_invocations",
+               "ops: torch's OpInfo database (op_db), the ops and their sample inputs"),
+    PrivateAPI("torch.testing._internal.opinfo.core",
+               "ops: the OpInfo classes that sort ops into families"),
+    PrivateAPI("torch.testing._comparison.default_tolerances",
+               "ops: assert_close's tolerance of each dtype"),
+    PrivateAPI("torch.utils._pytree", "ops: the tensors of sample inputs and outputs"),
     # accelkit upstream (conformance/upstream/; its harness changes are version-gated in
     # adaptations.py)
     PrivateAPI(f"{_C10D}._register_pg_in_world", "records every process group a test makes"),

@@ -219,14 +219,21 @@ def test_generated_package_has_a_gitignore_and_no_path_of_this_machine(tmp_path,
             assert f"file://{checkout}" not in text and str(tmp_path) not in text, path
 
 
-def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
-    from accelkit.conformance.expectations import load
+SPARSE_OPS = ["sparse.mm.reduce", "sparse.sampled_addmm", "to_sparse"]
+
+
+def test_expectations_file_lists_no_check_and_the_mocks_ops(tmp_path, capsys):
+    """As generated, the package expects every check to pass and the ops the mock gets wrong
+    (sparse layouts) to fail; the entries are valid against torch's op_db."""
+    from accelkit.conformance.checks._opinfo import op_names
+    from accelkit.conformance.expectations import load, load_ops
 
     code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
     assert code == 0, err
     path = tmp_path / "pkg" / "src" / "torch_demo" / "conformance_expectations.toml"
-    assert tomllib.loads(path.read_text()) == {}
+    assert set(tomllib.loads(path.read_text())) == {"ops"}
     assert load(path, set(), "2.13.0") == {}
+    assert sorted(load_ops(path, op_names(), "2.13.0")) == SPARSE_OPS
 
 
 def test_expectations_file_example_is_valid_for_the_catalogue(tmp_path, capsys):
@@ -238,11 +245,16 @@ def test_expectations_file_example_is_valid_for_the_catalogue(tmp_path, capsys):
     code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
     assert code == 0, err
     text = (tmp_path / "pkg" / "src" / "torch_demo" / "conformance_expectations.toml").read_text()
-    example = text[text.index("For example:"):].split("\n", 1)[1]
+    example = text[text.index("For example:"):].split("\n", 1)[1].split("\n\n", 1)[0]
     uncommented = tmp_path / "example.toml"
-    uncommented.write_text("\n".join(line.removeprefix("# ") for line in example.splitlines()))
+    uncommented.write_text("\n".join(line.removeprefix("#").removeprefix(" ")
+                                     for line in example.splitlines()))
     loaded = load(uncommented, loader.load([]), "2.13.0")
     assert sorted(loaded) == ["collectives.all_reduce_64mib@8", "rng.offset_exact"]
+    from accelkit.conformance.checks._opinfo import op_names
+    from accelkit.conformance.expectations import load_ops
+
+    assert sorted(load_ops(uncommented, op_names(), "2.13.0")) == ["linalg.eigh"]
 
 
 def test_name_containing_mock_renders_once(tmp_path, capsys):
