@@ -80,7 +80,10 @@ def resolve(options: Options) -> Session:
     if path:
         try:
             expectations = expectations_mod.load(path, checks, torch_version())
-            if any(c.area == "ops" for c in selected):  # names checked against torch's op_db
+            # [ops] names are checked against torch's op_db, whose import takes seconds: only
+            # when the file has [ops] entries and the run has the ops area
+            if (any(c.area == "ops" for c in selected)
+                    and expectations_mod.load_ops(path, None, torch_version())):
                 from accelkit.conformance.checks._opinfo import op_names
 
                 expectations_mod.load_ops(path, op_names(), torch_version())

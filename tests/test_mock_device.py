@@ -151,6 +151,18 @@ if not IN_MOCK_PROCESS:
         assert first == again, "the same seed interleaved the streams differently"
         assert first != other
 
+    def test_a_hold_on_a_synchronous_device_is_refused_not_a_hang():
+        """On a synchronous mock a held stream would block the host before it could release
+        it: wait() refuses, naming the asynchronous mode."""
+        proc = run_python("""
+            import torch, accelkit.backends.mock
+            from accelkit.backends.mock import _C
+            _C._Hold().wait()
+        """, timeout=120)
+        assert proc.returncode != 0
+        assert "RuntimeError: _Hold.wait() holds a stream until the host releases it: it needs " \
+               "the asynchronous mock (ACCELKIT_MOCK_ASYNC=1)" in proc.stderr
+
     def test_device_count_and_capacity_from_environment():
         out = json_result(run_python("""
             import json, torch, accelkit.backends.mock

@@ -1,7 +1,7 @@
 """The mock device's ops against the CPU: the zero-copy fallback (elementwise, reductions,
 views, indexing, matmul, in-place, out=, non-contiguous inputs), copies, autograd, and the
 classes of ops that bypass the fallback (fused RNN cells, zero tensors, composite kernels
-that assume CPU or CUDA). The module registers the mock, so it runs in a pytest subprocess of
+that assume CPU or CUDA), and sparse and nested tensors. The module registers the mock, so it runs in a pytest subprocess of
 its own; with ACCELKIT_MOCK_HOST_ACCESSIBLE=0 it runs a second time through the copying paths
 a discrete device takes (at::native::cpu_fallback, staged copies), and a third time as a
 discrete asynchronous device (every op queued on a stream; the `ops` area runs the zero-copy
@@ -402,3 +402,78 @@ else:
         _same(zero_dim.to("mock") + 0.5, zero_dim + 0.5)
         _same(ints.to("mock") * 0.7, ints * 0.7)
         _same(ints.to("mock") + 1e-6, ints + 1e-6)
+
+    def _dense(t):
+        return t.to_dense() if t.layout != torch.strided else t
+
+    def _same_values(mock_result, cpu_result):
+        """As _same, strides aside (a sparse tensor's indices and values are copies, contiguous)."""
+        assert mock_result.device.type == "mock", f"result on {mock_result.device}"
+        torch.testing.assert_close(mock_result.cpu(), cpu_result, rtol=0, atol=0)
+
+    def test_sparse_coo_tensors_on_the_device():
+        """Sparse COO tensors live on the device (indices and values device tensors) and their
+        ops equal the CPU's: construction, coalesce, arithmetic, in-place ops, sparse x dense
+        matmul with its gradient, conversion from and to dense (core/csrc/layouts.cpp)."""
+        import warnings
+        warnings.filterwarnings("ignore", "Sparse")
+        i, v = torch.tensor([[0, 1, 1, 0], [2, 0, 2, 2]]), _gen(4)
+        cpu = torch.sparse_coo_tensor(i, v, (2, 3))
+        dev = torch.sparse_coo_tensor(i, v, (2, 3), device="mock")
+        assert dev.layout == torch.sparse_coo and dev.device.type == "mock"
+        assert dev._indices().device.type == "mock" and dev._values().device.type == "mock"
+        assert (dev._nnz(), dev.is_coalesced()) == (4, False)
+        coalesced = dev.coalesce()
+        assert coalesced.is_coalesced() and coalesced._nnz() == 3
+        _same_values(coalesced.indices(), cpu.coalesce().indices())
+        _same_values(coalesced.values(), cpu.coalesce().values())
+        _same(_dense(dev + dev), _dense(cpu + cpu))
+        _same(_dense(dev * 2.5), _dense(cpu * 2.5))
+        in_place = dev.clone()
+        in_place.mul_(3)
+        _same(_dense(in_place), _dense(cpu * 3))
+        _same(_dense(dev), _dense(cpu))  # the clone was written, not its source
+        weight = M[:3, :4].clone().to("mock").requires_grad_()
+        torch.sparse.mm(dev, weight).sum().backward()
+        _same(torch.sparse.mm(dev, weight.detach()), torch.sparse.mm(cpu, M[:3, :4]))
+        _same(weight.grad, _dense(cpu).T @ torch.ones(2, 4))
+        _same(A.to("mock").to_sparse().to_dense(), A)
+        back = cpu.to("mock").cpu()
+        assert back.layout == torch.sparse_coo and torch.equal(back.to_dense(), cpu.to_dense())
+
+    def test_sparse_compressed_tensors_on_the_device():
+        """CSR and CSC tensors on the device: construction, accessors, conversion and
+        sparse x dense matmul equal the CPU's."""
+        import warnings
+        warnings.filterwarnings("ignore", "Sparse")
+        crow, col, v = torch.tensor([0, 1, 3]), torch.tensor([2, 0, 2]), _gen(3)
+        cpu = torch.sparse_csr_tensor(crow, col, v, (2, 3))
+        dev = torch.sparse_csr_tensor(crow, col, v, (2, 3), device="mock")
+        assert dev.layout == torch.sparse_csr and dev._nnz() == 3
+        _same_values(dev.crow_indices(), crow)
+        _same_values(dev.col_indices(), col)
+        _same(dev.to_dense(), cpu.to_dense())
+        _same(dev @ M[:3].to("mock"), cpu @ M[:3])
+        _same(A.to("mock").to_sparse_csr().to_dense(), A)
+        _same(A.to("mock").to_sparse_csc().to_dense(), A)
+
+    def test_nested_tensors_on_the_device():
+        """Nested tensors keep their buffer on the device: unbind gives device views, and
+        elementwise ops, linear, padding and in-place ops equal the CPU's."""
+        import warnings
+        warnings.filterwarnings("ignore", "The PyTorch API of nested tensors")
+        parts = [_gen(2, 4), _gen(3, 4, seed=1)]
+        cpu = torch.nested.nested_tensor(parts)
+        dev = torch.nested.nested_tensor(parts, device="mock")
+        assert dev.is_nested and dev.device.type == "mock"
+        _same(dev.unbind(), cpu.unbind())
+        _same(dev.abs().unbind(), cpu.abs().unbind())
+        _same(torch.nested.to_padded_tensor(dev, 0.5), torch.nested.to_padded_tensor(cpu, 0.5))
+        linear = torch.nn.Linear(4, 5)
+        dev_linear = torch.nn.Linear(4, 5).to("mock")
+        dev_linear.load_state_dict(linear.state_dict())
+        _same(dev_linear(dev).unbind(), linear(cpu).unbind())
+        zeroed = dev.clone()
+        zeroed.mul_(0)
+        _same(zeroed.unbind(), (cpu * 0).unbind())
+        _same(dev.unbind(), cpu.unbind())

@@ -17,6 +17,19 @@ if not IN_MOCK_PROCESS:
         """Registering the mock claims PrivateUse1 for the whole process."""
         run_module_with_mock(__file__, "1")
 
+    #: Ops that only the layer gives a path: SyncBatchNorm's (CUDA kernels only), a fused RNN
+    #: cell's (CUDA only), sparse COO and CSR ops (SparseCPU, SparseCsrCPU only), a nested one
+    #: (NestedTensorCPU only).
+    LAYER_PATHS = {"batch_norm_stats", "batch_norm_gather_stats_with_counts", "_thnn_fused_lstm_cell",
+                   "_coalesce", "to_padded_tensor", "sparse_sampled_addmm"}
+
+    def test_without_the_layer_its_ops_have_no_path():
+        """Before a device registers, the sweep finds no path for the ops the layer adds (the
+        same sweep on the mock finds every one of them)."""
+        from accelkit.conformance.checks import _op_paths
+
+        assert LAYER_PATHS <= set(_op_paths.without_path())
+
     def _load(tmp_path, text, known=frozenset({"to_sparse", "linalg.eigh", "add"})):
         path = tmp_path / "exp.toml"
         path.write_text(text)
@@ -111,9 +124,18 @@ else:
         assert "Greatest absolute difference" in rows[0]["detail"]
 
     def test_an_op_the_device_refuses_is_an_error_row():
-        """An op with no path on the device is an error row naming the exception."""
-        rows = _opinfo.check_op(_op("to_sparse"), DEVICE, dtypes=(torch.float32,), which="quick")
+        """An op the device refuses is an error row naming the exception."""
+        def refuse(x):
+            raise NotImplementedError("no sgn kernel on this device")
+
+        lib = torch.library.Library("aten", "IMPL")
+        try:
+            lib.impl("sgn", refuse, "PrivateUse1")
+            rows = _opinfo.check_op(_op("sgn"), DEVICE, dtypes=(torch.float32,), which="quick")
+        finally:
+            lib._destroy()
         assert rows[0]["status"] == "error" and "NotImplementedError" in rows[0]["detail"]
+        assert "no sgn kernel on this device" in rows[0]["detail"]
 
     def test_random_ops_and_torchs_own_skips_are_skipped_with_the_reason():
         """Ops that draw random numbers (an aten op tagged nondeterministic_seeded) and ops
@@ -130,6 +152,27 @@ else:
         assert quick["status"] == full["status"] == "pass"
         assert not quick["backward"] and full["backward"]
         assert full["samples"] > quick["samples"] == _opinfo.QUICK_SAMPLES
+
+    def test_registry_sweep_finds_a_path_for_every_op_but_documented_families(monkeypatch):
+        """On the mock every aten op without a path is in a documented family (a skipped row
+        with its reason), the layer's ops have one; without the families each is a wrong row
+        naming the keys torch has kernels for."""
+        from accelkit.conformance.checks import _op_paths
+
+        rows = _op_paths.rows()
+        assert rows and all(r["status"] == "skip" and r["detail"].startswith("no path on the device: ")
+                            for r in rows), [r for r in rows if r["status"] != "skip"]
+        names = {r["op"].removeprefix("aten::") for r in rows}
+        assert {"cudnn_convolution", "miopen_rnn", "_flash_attention_forward"} <= names
+        assert not names & {"batch_norm_stats", "batch_norm_gather_stats_with_counts",
+                            "_thnn_fused_lstm_cell", "_coalesce",
+                            "to_padded_tensor", "sparse_sampled_addmm"}
+        monkeypatch.setattr(_op_paths, "families", lambda: [])
+        undocumented = {r["op"]: r for r in _op_paths.rows()}
+        assert undocumented.keys() == {f"aten::{n}" for n in names}
+        assert all(r["status"] == "error" for r in undocumented.values())
+        assert "register a kernel for the device" in undocumented["aten::cudnn_convolution"]["detail"]
+        assert "(kernels for: MkldnnCPU)" in undocumented["aten::mkldnn_max_pool2d"]["detail"]
 
     def test_bad_level_names_the_setting(monkeypatch):
         monkeypatch.setenv("ACCELKIT_OPS_LEVEL", "fast")

@@ -7,7 +7,8 @@ itself leaves out). One check per family of ops; the ranks split each family's o
 them (each op runs on one rank, on its own device), so a check's time shrinks with the ranks.
 
 Every op x dtype is a row of the report's op table: which ops, which dtypes, how many samples,
-the first wrong value. A check fails on any row that differs from the CPU or raises, unless
+the first wrong value. ``ops.registry`` sweeps torch's operator registry for the ops the device
+has no path for at all. A check fails on any row that differs from the CPU or raises, unless
 the backend's expectations list the op under ``[ops]`` with a reason. ``ACCELKIT_OPS_LEVEL``
 picks the level: ``quick`` (default: two samples per op and dtype, backward in float32) or
 ``full`` (every sample, backward in every dtype checked). On the cpu backend the area SKIPs:
@@ -17,7 +18,7 @@ the CPU is the reference.
 from __future__ import annotations
 
 from accelkit.conformance.api import Defaults, check
-from accelkit.conformance.checks import _opinfo
+from accelkit.conformance.checks import _op_paths, _opinfo
 from accelkit.conformance.checks._util import ALSO_AT
 from accelkit.conformance.execute import device_handle, synchronize
 
@@ -78,3 +79,22 @@ def other(ctx):
     """Every other OpInfo of torch.testing's ``op_db``: views, indexing, scatter/gather, shape
     ops, sorting, factories, type conversions, matmul and the rest, equal to the CPU's."""
     return _family(ctx, "other")
+
+
+@check
+def registry(ctx):
+    """Every aten op of torch's operator registry has a path on the device: a kernel of the
+    device's (PrivateUse1, or its sparse and nested keys), a composite, or a CPU kernel the
+    boxed fallback runs, but for the families of ``no_device_path.toml`` (CUDA libraries'
+    kernels, other devices' layouts, ...), each a skipped row with its reason; an op no family
+    covers is a wrong row (:mod:`accelkit.conformance.checks._op_paths`). Rank 0 sweeps."""
+    if ctx.device_type == "cpu":
+        ctx.skip("the registry sweep looks for the device's kernels; on the cpu backend every op "
+                 "runs on the CPU itself")
+    if ctx.rank != 0:
+        return "the sweep runs on rank 0"
+    rows = _op_paths.rows()
+    ctx.rows.extend(rows)
+    gaps = sum(row["status"] != "skip" for row in rows)
+    return (f"{len(rows)} aten ops without a path on the device: {len(rows) - gaps} in documented "
+            f"families, {gaps} not")

@@ -1,5 +1,5 @@
 """Training on the backend's device, where ports fail most: FSDP2 (``fully_shard``), DDP, HSDP,
-FSDP2 x TP, activation checkpointing that replays random ops, resuming from a distributed
+FSDP2 x TP, SyncBatchNorm, activation checkpointing that replays random ops, resuming from a distributed
 checkpoint, and tensor-parallel attention.
 
 Every check trains the small transformer of ``_transformer.py`` (2 blocks, dim 16, 64-token
@@ -222,6 +222,58 @@ def ddp_parity(ctx):
     for name, grad in ref.first_grads.items():
         assert_close(compressed.first_grads[name], grad, f"DDP + fp16_compress_hook: gradient of {name}",
                      rtol=2e-3, atol=4e-3 * float(grad.abs().max()))
+
+
+def _batch_sizes(ws: int) -> list[int]:
+    """Uneven per-rank batch sizes (1, 2, 3, 0, 1, ...): from 4 ranks one rank is empty."""
+    return [(r + 1) % 4 for r in range(ws)]
+
+
+@check
+def sync_batch_norm(ctx):
+    """torch.nn.SyncBatchNorm on the device, ranks holding uneven slices of the batch (one
+    empty from 4 ranks): the output and input gradient of each slice, the running statistics
+    and the weight and bias gradients summed over ranks equal BatchNorm2d's on the whole batch
+    on one device (within TOL). SyncBatchNorm gathers each rank's statistics and count
+    (torch/nn/modules/_functions.py) and runs batch_norm_stats, batch_norm_gather_stats_with_counts,
+    batch_norm_elemt and the backward's batch_norm_backward_reduce/_elemt, which torch has for
+    CUDA only: the device needs its own. torch refuses SyncBatchNorm on the CPU: SKIP there
+    with its message (torch.nn.SyncBatchNorm.forward)."""
+    ws, channels = ctx.world_size, 4
+    sizes = _batch_sizes(ws)
+    x = host_tensor((sum(sizes), channels, 3, 3), 60)
+    g = host_tensor(x.shape, 61)
+    start = sum(sizes[:ctx.rank])
+    mine = slice(start, start + sizes[ctx.rank])
+
+    def run(norm, inp, grad):
+        with torch.no_grad():
+            norm.weight.copy_(host_tensor((channels,), 62) + 1)
+            norm.bias.copy_(host_tensor((channels,), 63))
+        inp = inp.to(ctx.device).requires_grad_()
+        out = norm(inp)
+        out.backward(grad.to(ctx.device))
+        return out, inp.grad
+
+    ref_norm = torch.nn.BatchNorm2d(channels).to(ctx.device)
+    ref_out, ref_grad = run(ref_norm, x, g)
+    sync = torch.nn.SyncBatchNorm(channels).to(ctx.device)
+    try:
+        out, grad = run(sync, x[mine], g[mine])
+    except ValueError as exc:
+        if ctx.device_type != "cpu":
+            raise
+        ctx.skip(f"unsupported by torch {torch.__version__.split('+')[0]}: {exc}")
+    assert_close(out, ref_out[mine], f"SyncBatchNorm output of rank {ctx.rank}'s {sizes[ctx.rank]} samples", **TOL)
+    if sizes[ctx.rank]:  # an empty slice's gradient is None (torch's SyncBatchNorm.backward)
+        assert_close(grad, ref_grad[mine], f"SyncBatchNorm input gradient of rank {ctx.rank}", **TOL)
+    for name in ("running_mean", "running_var"):
+        assert_close(getattr(sync, name), getattr(ref_norm, name), f"SyncBatchNorm {name}", **TOL)
+    for name in ("weight", "bias"):
+        local = getattr(sync, name).grad  # None on a rank with an empty slice
+        summed = torch.zeros(channels, device=ctx.device) if local is None else local.detach().clone()
+        dist.all_reduce(summed)
+        assert_close(summed, getattr(ref_norm, name).grad, f"SyncBatchNorm {name} gradient summed over ranks", **TOL)
 
 
 #: From torch 2.15 FSDP2 gives each unsharded parameter the reduce dtype as its ``grad_dtype``

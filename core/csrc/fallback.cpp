@@ -34,6 +34,8 @@
 #include <accelkit/host_tensor.h>
 #include <accelkit/philox.h>
 
+#include "registry.h"
+
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/SmallVector.h>
@@ -221,6 +223,9 @@ void upload_images(const Context& ctx) {
 
 at::Tensor to_device(const at::Tensor& out, int device, Context& ctx) {
   if (!out.defined() || !out.device().is_cpu()) return out;
+  if (out.layout() != at::kStrided || out.is_nested()) {  // to_sparse, to_sparse_csr, ...
+    return detail::move_layout(out, c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(device)));
+  }
   c10::TensorImpl* impl = out.unsafeGetTensorImpl();
   c10::StorageImpl* storage = out.storage().unsafeGetStorageImpl();
   for (const Wrapped& w : ctx.wrapped) {
@@ -406,6 +411,9 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
       outputs.push_back(stack[first + arg]);  // the argument itself
     } else if (v.isTensor()) {
       const at::Tensor& m = v.toTensor();
+      if (m.defined() && (m.layout() != at::kStrided || m.is_nested())) {
+        return false;  // a sparse or nested result (layouts.cpp builds it)
+      }
       outputs.push_back(m.defined() ? at::empty_strided(m.sizes(), m.strides(),
                                                         m.options().device(where))
                                     : m);

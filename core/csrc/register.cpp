@@ -114,6 +114,7 @@ void register_device(Runtime& vendor_runtime, const std::string& origin) {
   detail::register_kernels(table);
   detail::register_random(table);
   detail::register_rnn_cells(table);
+  detail::register_sync_batch_norm(table);
 
   // The conjugate/negative-bit fallbacks would materialize a lazily conjugated source of
   // _copy_from by cloning it, and the clone copies through _copy_from again (endless
@@ -129,6 +130,7 @@ void register_device(Runtime& vendor_runtime, const std::string& origin) {
     library(torch::Library::IMPL, "_", c10::DispatchKey::PrivateUse1)
         .fallback(torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
+  detail::register_layouts(&library);
   if (!dispatcher.hasBackendFallbackForDispatchKey(c10::DispatchKey::AutocastPrivateUse1)) {
     library(torch::Library::IMPL, "_", c10::DispatchKey::AutocastPrivateUse1)
         .fallback(torch::CppFunction::makeFallthrough());

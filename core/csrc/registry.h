@@ -3,8 +3,10 @@
 
 #include <accelkit/runtime.h>
 
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
 
+#include <optional>
 #include <utility>
 
 namespace accelkit::detail {
@@ -34,7 +36,17 @@ class KernelTable {
 void register_kernels(KernelTable& table);  // kernels.cpp: the minimum native set
 void register_random(KernelTable& table);   // random.cpp: offset-exact random kernels
 void register_rnn_cells(KernelTable& table);  // rnn_cells.cpp: the fused LSTM/GRU cells
+void register_sync_batch_norm(KernelTable& table);  // sync_batch_norm.cpp: SyncBatchNorm's ops
 void register_autocast(torch::Library& library);  // autocast.cpp: AutocastPrivateUse1
+
+// layouts.cpp: sparse COO (SparsePrivateUse1), sparse compressed (SparseCsrPrivateUse1) and
+// nested (NestedTensorPrivateUse1) tensors on the device, through libraries `library` makes.
+using LibraryFor = torch::Library& (*)(torch::Library::Kind kind, const char* ns,
+                                       std::optional<c10::DispatchKey> key);
+void register_layouts(LibraryFor library);
+// A tensor of any layout moved to `device` (a sparse tensor's indices and values, a nested
+// tensor's buffer).
+at::Tensor move_layout(const at::Tensor& t, c10::Device device);
 
 // The device guard (streams, events) and the hooks, created by register_device.
 void register_guard();

@@ -68,6 +68,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def(pybind11::init<>())
       .def("wait",
            [](const std::shared_ptr<Hold>& hold) {
+             if (!runtime->async()) {
+               // The host would wait for its own release() forever.
+               throw std::runtime_error(
+                   "_Hold.wait() holds a stream until the host releases it: it needs the "
+                   "asynchronous mock (ACCELKIT_MOCK_ASYNC=1); on a synchronous device the "
+                   "wait would block the host, the only one that can release it");
+             }
              const int device = accelkit::current_device();
              runtime->stream_wait(device, accelkit::current_stream(device), "_Hold.wait",
                                   [hold](accelkit::Runtime::Resume resume) {
