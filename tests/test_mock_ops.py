@@ -477,3 +477,17 @@ else:
         zeroed.mul_(0)
         _same(zeroed.unbind(), (cpu * 0).unbind())
         _same(dev.unbind(), cpu.unbind())
+
+    def test_ops_with_a_cpu_kernel_and_a_composite_run_the_cpu_kernel():
+        """mish_backward, silu_backward and native_channel_shuffle have a CPU kernel and a
+        CompositeImplicitAutograd one, which a device without a kernel gets: the composites
+        compute float16 in float16 and reshape channels_last input (core/csrc/kernels.cpp
+        sends them to the fallback, which runs the CPU kernels)."""
+        x = torch.tensor([-2.4, -0.7, 0.3, 1.9, 3.3], dtype=torch.float16)
+        grad = torch.tensor([1.3, -0.6, 2.2, 0.9, -1.7], dtype=torch.float16)
+        for op in (torch.ops.aten.mish_backward, torch.ops.aten.silu_backward):
+            cpu = op(grad, x)
+            got = op(grad.to("mock"), x.to("mock"))
+            assert torch.equal(got.cpu(), cpu), (op, got.cpu(), cpu)
+        images = _gen(2, 6, 3, 3).to(memory_format=torch.channels_last)
+        _same(torch.native_channel_shuffle(images.to("mock"), 3), torch.native_channel_shuffle(images, 3))

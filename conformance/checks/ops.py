@@ -83,7 +83,8 @@ def other(ctx):
 
 @check
 def registry(ctx):
-    """Every aten op of torch's operator registry has a path on the device: a kernel of the
+    """Every aten op of torch's operator registry (torch._C._dispatch_get_all_op_names, and
+    torch._C._dispatch_has_kernel_for_dispatch_key per op) has a path on the device: a kernel of the
     device's (PrivateUse1, or its sparse and nested keys), a composite, or a CPU kernel the
     boxed fallback runs, but for the families of ``no_device_path.toml`` (CUDA libraries'
     kernels, other devices' layouts, ...), each a skipped row with its reason; an op no family

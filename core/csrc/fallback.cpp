@@ -312,11 +312,15 @@ at::Tensor to_meta(const at::Tensor& t) {
 // Ops whose meta kernel infers other outputs than the CPU kernel returns: native_layer_norm's
 // and the batch norms' statistics (float32 beside a float16 input in the meta kernels, CUDA's
 // contract; the input's dtype on the CPU; native_batch_norm's are empty in eval mode on the
-// CPU). Their outputs cannot be allocated ahead from the meta kernel, so they run when called.
+// CPU). And the ops with a CompositeImplicitAutograd kernel besides their CPU one, which reach
+// the fallback only because the layer sends them (kernels.cpp): their meta result is the
+// composite's (native_channel_shuffle: contiguous, where the CPU kernel keeps channels_last).
+// Their outputs cannot be allocated ahead from the meta kernel, so they run when called.
 bool meta_disagrees(const c10::OperatorHandle& op) {
   const std::string& name = op.operator_name().name;
   return name == "aten::native_layer_norm" || name == "aten::native_batch_norm" ||
-         name == "aten::_batch_norm_with_update" || name == "aten::_native_batch_norm_legit";
+         name == "aten::_batch_norm_with_update" || name == "aten::_native_batch_norm_legit" ||
+         op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
 }
 
 // True for a list of optional tensors (index's indices); false for lists of scalars.

@@ -355,13 +355,17 @@ void detail::register_kernels(KernelTable& m) {
   // a layer_norm result a few units in the last place away), the eval-mode batch norms
   // (_native_batch_norm_legit_no_training, _batch_norm_no_update) refuse float32 running
   // statistics beside a float16 input, which the CPU and CUDA kernels take; math_addr computes
-  // a float16 outer product in float16 (the CPU and CUDA kernels in float). The fallback runs
-  // them as the CPU ops they are.
+  // a float16 outer product in float16 (the CPU and CUDA kernels in float). And the ops with
+  // both a CPU kernel and a CompositeImplicitAutograd one, which a device without a kernel
+  // gets: math_mish_backward and math_silu_backward compute float16 in float16 (the CPU
+  // kernels in float: mish's float16 gradient 3e-3 off), math_channel_shuffle reshapes where
+  // the CPU kernel keeps channels_last. The fallback runs them as the CPU ops they are.
   for (const char* name : {"_grid_sampler_2d_cpu_fallback", "_grid_sampler_2d_cpu_fallback.out",
                            "_grid_sampler_2d_cpu_fallback_backward", "_saturate_weight_to_fp16",
                            "native_group_norm", "native_group_norm_backward", "kaiser_window",
                            "kaiser_window.periodic", "kaiser_window.beta", "native_layer_norm",
-                           "_native_batch_norm_legit_no_training", "_batch_norm_no_update", "addr"}) {
+                           "_native_batch_norm_legit_no_training", "_batch_norm_no_update", "addr",
+                           "mish_backward", "silu_backward", "native_channel_shuffle"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&fallback>());
   }
 }
