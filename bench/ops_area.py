@@ -1,7 +1,8 @@
 """The ``ops`` area's cost and result: ``accelkit conformance --backend mock --area ops`` at the
 quick level in every mode of the mock, and at the full level (``ACCELKIT_OPS_LEVEL=full``),
-each a run of its own at 4 ranks: wall time (pool start included), the checks' time, and the
-op table's counts (ops, rows per status).
+each a run of its own at 4 ranks: wall time (pool start included), the checks' time, the
+op table's counts (OpInfo ops, op x dtype rows per status) and the registry sweep's aten ops
+without a path on the device (in a documented family, or not).
 
     python bench/ops_area.py [--modes default discrete discrete-async async] [--no-full]
                              [--no-readme]
@@ -34,6 +35,8 @@ MODES = {
     "async": {"ACCELKIT_MOCK_ASYNC": "1"},
 }
 STATUSES = ("pass", "fail", "error", "xfail", "xpass", "skip")
+#: The registry sweep: its rows are aten ops without a path, not OpInfo x dtype rows.
+REGISTRY = "ops.registry"
 
 
 def run(mode: str, level: str) -> dict:
@@ -49,10 +52,12 @@ def run(mode: str, level: str) -> dict:
         if not written.exists():
             raise SystemExit(f"no report from the {mode} {level} run:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         report = json.loads(written.read_text())
-    rows = [row for check in report["checks"] for row in check["rows"]]
+    rows = [row for check in report["checks"] if check["id"] != REGISTRY for row in check["rows"]]
+    no_path = [row for check in report["checks"] if check["id"] == REGISTRY for row in check["rows"]]
     return {"mode": mode, "level": level, "exit": proc.returncode, "wall_s": round(wall, 1),
             "checks_s": round(sum(c["duration_s"] for c in report["checks"]), 1),
             "outcomes": {c["id"]: c["outcome"] for c in report["checks"]},
+            "no_path": {s: sum(row["status"] == s for row in no_path) for s in ("skip", "error")},
             "ops": len({row["op"] for row in rows}), "rows": len(rows),
             "counts": {s: sum(row["status"] == s for row in rows) for s in STATUSES},
             "not_passed": sorted({f"{row['op']} {row['dtype']}: {row['status']}"
@@ -64,11 +69,12 @@ def readme_section(data: dict) -> str:
     lines = [BEGIN, "", "`python bench/ops_area.py` (regenerates this section, raw results in "
              "`results/ops-area.json`): `accelkit conformance --backend mock --area ops` at 4 ranks, "
              "one run per mode and level.", "",
-             "| mode | level | ops | rows | " + " | ".join(STATUSES) + " | checks | wall |",
-             "|---|---|---:|---:|" + "---:|" * len(STATUSES) + "---:|---:|"]
+             "| mode | level | ops | rows | " + " | ".join(STATUSES) + " | no path: documented, not | checks | wall |",
+             "|---|---|---:|---:|" + "---:|" * len(STATUSES) + "---|---:|---:|"]
     for r in data["runs"]:
         counts = " | ".join(str(r["counts"][s]) for s in STATUSES)
         lines.append(f"| {r['mode']} | {r['level']} | {r['ops']} | {r['rows']} | {counts} | "
+                     f"{r['no_path']['skip']}, {r['no_path']['error']} | "
                      f"{r['checks_s']:.0f} s | {r['wall_s']:.0f} s |")
     lines += ["", f"Measured {env['date']}, commit {env['commit']}, torch {env['torch']}, "
               f"{env['cpus']} CPUs, load average {env['load_before'][0]:.1f} before and "

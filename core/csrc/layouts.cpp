@@ -165,6 +165,10 @@ void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (!is_device(t)) return t;
     if (!device.has_value()) device = t.device();
     at::Tensor cpu = detail::move_layout(t, c10::Device(c10::kCPU));
+    // Some CPU kernels read it: _sparse_mm_reduce_impl computes the argmax indices its
+    // backward reads only for inputs that require grad (without them the backward crashed).
+    // Autograd is below us here, so the copy records nothing.
+    if (t.requires_grad() && !cpu.requires_grad()) cpu.set_requires_grad(true);
     if (args[i].alias_info() != nullptr && args[i].alias_info()->isWrite()) {
       written.emplace_back(t, cpu);
       written_args[i] = t;
