@@ -352,18 +352,6 @@ c10::IValue map_tensors(const c10::IValue& v, F&& f) {
   return v;
 }
 
-// Index of the argument a return aliases (same alias set), or -1.
-int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
-  if (ret.alias_info() == nullptr) return -1;
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].alias_info() != nullptr &&
-        args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
-      return static_cast<int>(i);
-    }
-  }
-  return -1;
-}
 
 // The device tensors of the returns, allocated ahead from the meta kernel's outputs; false when
 // the op cannot be queued (see 4. above): then nothing was allocated and the stack is as given.
@@ -378,7 +366,7 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
     if (kind != c10::TypeKind::TensorType && !r.type()->isSubtypeOf(*c10::ListType::ofTensors())) {
       return false;  // the host reads the result at once
     }
-    if (r.alias_info() != nullptr && (!r.alias_info()->isWrite() || aliased_argument(schema, r) < 0)) {
+    if (r.alias_info() != nullptr && (!r.alias_info()->isWrite() || detail::aliased_argument(schema, r) < 0)) {
       return false;  // a view of an argument
     }
   }
@@ -410,7 +398,7 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
   const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
   for (size_t r = 0; r < rets.size(); ++r) {
     const c10::IValue& v = meta[r];
-    const int arg = aliased_argument(schema, rets[r]);
+    const int arg = detail::aliased_argument(schema, rets[r]);
     if (arg >= 0) {
       outputs.push_back(stack[first + arg]);  // the argument itself
     } else if (v.isTensor()) {
@@ -558,7 +546,7 @@ bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_
     if (!zero_copy) task.write_back();
     const auto& rets = op.schema().returns();
     for (size_t r = 0; r < rets.size(); ++r) {
-      if (aliased_argument(op.schema(), rets[r]) >= 0) continue;  // written in place
+      if (detail::aliased_argument(op.schema(), rets[r]) >= 0) continue;  // written in place
       const c10::IValue& out = (*outs)[r];
       if (out.isTensor()) {
         task.store(out.toTensor(), host[r].toTensor(), op.operator_name());
@@ -577,6 +565,18 @@ bool launch_async(const c10::OperatorHandle& op, torch::jit::Stack* stack, size_
 }
 
 }  // namespace
+
+int detail::aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
+  if (ret.alias_info() == nullptr) return -1;
+  const auto& args = schema.arguments();
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].alias_info() != nullptr &&
+        args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
 
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();

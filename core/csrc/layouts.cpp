@@ -133,19 +133,6 @@ void write_back(const at::Tensor& target, const at::Tensor& written) {
   }
 }
 
-// The argument a return aliases (schema `Tensor(a!)`), or -1.
-int written_argument(const c10::FunctionSchema& schema, const c10::Argument& ret) {
-  if (ret.alias_info() == nullptr || !ret.alias_info()->isWrite()) return -1;
-  const auto& args = schema.arguments();
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i].alias_info() != nullptr &&
-        args[i].alias_info()->beforeSets() == ret.alias_info()->beforeSets()) {
-      return static_cast<int>(i);
-    }
-  }
-  return -1;
-}
-
 template <c10::DispatchKey CpuKey>
 void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
@@ -208,7 +195,8 @@ void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const size_t rfirst = stack->size() - returns.size();
   for (size_t r = 0; r < returns.size(); ++r) {
     c10::IValue& v = (*stack)[rfirst + r];
-    const int arg = written_argument(schema, returns[r]);
+    const bool written_return = returns[r].alias_info() != nullptr && returns[r].alias_info()->isWrite();
+    const int arg = written_return ? detail::aliased_argument(schema, returns[r]) : -1;
     if (arg >= 0 && written_args[arg].defined()) {
       v = c10::IValue(written_args[arg]);
     } else if (v.isTensor()) {

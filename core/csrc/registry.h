@@ -44,6 +44,9 @@ void register_autocast(torch::Library& library);  // autocast.cpp: AutocastPriva
 using LibraryFor = torch::Library& (*)(torch::Library::Kind kind, const char* ns,
                                        std::optional<c10::DispatchKey> key);
 void register_layouts(LibraryFor library);
+// fallback.cpp: the index of the argument a return of `schema` aliases (same alias set), or -1.
+int aliased_argument(const c10::FunctionSchema& schema, const c10::Argument& ret);
+
 // A tensor of any layout moved to `device` (a sparse tensor's indices and values, a nested
 // tensor's buffer).
 at::Tensor move_layout(const at::Tensor& t, c10::Device device);
