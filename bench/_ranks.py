@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from accelkit.conformance.processes import exit_text, kill_group, spawn
+
 
 def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
     """The result of ``ranks`` processes of ``script`` (None, with the exit codes printed,
@@ -23,10 +25,15 @@ def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, script, "--rank", str(r), str(ranks), str(port),
-                               str(result), *args], env=env) for r in range(ranks)]
-    codes = [p.wait() for p in procs]
+    procs: list[subprocess.Popen] = []
+    try:
+        for r in range(ranks):
+            procs.append(spawn([sys.executable, script, "--rank", str(r), str(ranks), str(port),
+                                str(result), *args], group=procs[0].pid if procs else 0, env=env))
+        codes = [p.wait() for p in procs]
+    finally:  # a failed or interrupted run leaves no rank behind
+        kill_group(procs[0].pid if procs else None, procs)
     if any(codes):
-        print(f"rank exit codes {codes}", file=sys.stderr)
+        print(f"rank exit {', '.join(exit_text(c) for c in codes)}", file=sys.stderr)
         return None
     return json.loads(result.read_text())

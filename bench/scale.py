@@ -4,9 +4,8 @@
    256 and 1,024 ranks, one worker per size on torch's fake process group; target <= 10 min
    and <= 4 GiB peak RSS on the 2-core machine), split per size from its report (the checks'
    time, the worker's start-up, the worker's peak RSS);
-2. real processes: the checks of the devicemesh area written for any world size
-   (``any_world_size``) at ``--world-size`` N = 2, 4, 8, 16 (N rank processes, mockccl), one
-   run per size.
+2. real processes: the checks of the devicemesh and pipelining areas that run at
+   ``--world-size`` N = 2, 4, 8, 16 (N rank processes, mockccl), one run per size.
 
 For each run: its wall time, the peak RSS of its largest process (``wait4``'s ``ru_maxrss``:
 the engine or one rank) and the sum of the ranks' peaks (from the report's per-rank
@@ -29,12 +28,14 @@ import time
 from pathlib import Path
 
 from _results import environment, write_section
+from accelkit.conformance.processes import kill_group, spawn
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 BEGIN, END = "<!-- scale.py: begin -->", "<!-- scale.py: end -->"
-#: The real tier's checks: the areas whose checks are written for any world size.
-REAL_AREAS = ("devicemesh",)
+#: The real tier's checks: areas whose checks are written for any world size (DeviceMesh's
+#: groups; pipelining's point-to-point traffic, which fills mockccl's per-pair mailboxes).
+REAL_AREAS = ("devicemesh", "pipelining")
 #: Targets for the whole scale area (every simulated size in one run).
 TARGET_S, TARGET_MIB = 600.0, 4096.0
 
@@ -47,9 +48,13 @@ def _conformance(args: list[str], env: dict[str, str] | None = None) -> dict:
                "sys.exit(main(sys.argv[1:]))", "conformance", "--backend", "mock",
                "--report-dir", out, *args]
         started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-        _, status, usage = os.wait4(proc.pid, 0)
+        proc = spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                     env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:  # the run's ranks go with it, also when this one is interrupted
+            kill_group(proc.pid, [])
+        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped by wait4
         wall = time.perf_counter() - started
         stderr = proc.stderr.read().decode(errors="replace")
         proc.stderr.close()

@@ -2,8 +2,10 @@
 rank processes.
 
 The conformance area's model (``accelkit.conformance.checks._transformer``) at a bench size,
-trained with AdamW two ways: FSDP2 (``fully_shard`` per block and on the root, all ranks) and
-FSDP2 x TP (TP on the ``tp`` dim of a (2, ranks/2) mesh, FSDP2 on ``dp``). One process group
+trained with AdamW four ways: FSDP2 (``fully_shard`` per block and on the root, all ranks),
+FSDP2 x TP (TP on the ``tp`` dim of a (2, ranks/2) mesh, FSDP2 on ``dp``), a pipeline of one
+stage per rank (``Schedule1F1B``), and 3-D: 2 pipeline stages on a (2, ranks/4, 2) mesh, each
+stage's blocks TP on ``tp`` and FSDP2 on ``dp``. One process group
 ``mock:mockccl,cpu:gloo``: the model on mock tensors communicates through mockccl, the same
 model on CPU tensors through gloo. Each timed round runs ``--steps`` steps of each layout on
 mock and on cpu, alternating step by step so that both see the same load from other jobs on
@@ -15,7 +17,7 @@ the raw numbers (JSON). ``--profile`` adds, for ``--steps`` more steps of each p
 (torch.profiler), the self CPU time per step by category (collectives, DTensor dispatch, aten kernels,
 other) and the top ops, to show what dominates.
 
-    python bench/training.py [--out bench/results] [--rounds 5] [--steps 3] [--profile]
+    python bench/training.py [--out bench/results] [--rounds 5] [--steps 3] [--profile] [--no-readme]
 """
 
 from __future__ import annotations
@@ -29,8 +31,12 @@ import time
 from pathlib import Path
 
 from _ranks import run_ranks
+from _results import environment, write_section
 
-LAYOUTS = ("fsdp2", "fsdp2_tp")
+LAYOUTS = ("fsdp2", "fsdp2_tp", "pp", "pp_fsdp2_tp")
+#: The layouts' names in the table and the plot.
+TITLES = {"fsdp2": "FSDP2", "fsdp2_tp": "FSDP2 x TP", "pp": "PP (1F1B)",
+          "pp_fsdp2_tp": "PP x FSDP2 x TP (3-D)"}
 DEVICES = ("mock", "cpu")
 #: The goal: mock step time at most this fraction of cpu's.
 GOAL = 0.8
@@ -60,6 +66,76 @@ def build(layout: str, device: str, rank: int, world: int, cfg):
     # foreach on both devices: torch defaults to it only on accelerators (the mock), to a
     # per-parameter loop on CPU, which would compare two optimizer implementations
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True), dp, dp_rank
+
+
+class Stage:
+    """Stage ``index`` of ``count`` of the transformer, as torchtitan splits it: the embedding
+    on the first, an even share of the blocks, the norm and the output on the last."""
+
+    @staticmethod
+    def module(model, index: int, count: int):
+        from torch import nn
+
+        class _Stage(nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                per = len(model.layers) // count
+                self.tok_embeddings = model.tok_embeddings if index == 0 else None
+                self.layers = nn.ModuleList(model.layers[index * per:(index + 1) * per])
+                last = index == count - 1
+                self.norm, self.output = (model.norm, model.output) if last else (None, None)
+
+            def forward(self, x):
+                if self.tok_embeddings is not None:
+                    x = self.tok_embeddings(x)
+                for layer in self.layers:
+                    x = layer(x)
+                return self.output(self.norm(x)) if self.output is not None else x
+
+        return _Stage()
+
+
+def build_pipelined(layout: str, device: str, rank: int, world: int, cfg, batch, microbatches: int):
+    """A pipelined layout's step: ``pp`` (one stage per rank, Schedule1F1B) or ``pp_fsdp2_tp``
+    (a (2, world/4, 2) mesh: 2 stages, each tensor-parallel on ``tp`` and FSDP2 on ``dp``); the
+    data-parallel size and this rank's data-parallel index."""
+    import torch
+    from accelkit.conformance.checks._transformer import Transformer, loss_fn, tp_plan
+    from torch.distributed import pipelining
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    torch.manual_seed(0)
+    model = Transformer(cfg)
+    if layout == "pp":
+        stage, stages, group, dp, dp_rank = rank, world, None, 1, 0
+        module = Stage.module(model, stage, stages).to(device)
+    else:
+        mesh = init_device_mesh(device.split(":")[0], (2, world // 4, 2), mesh_dim_names=("pp", "dp", "tp"))
+        stage, stages, group = mesh["pp"].get_local_rank(), 2, mesh["pp"].get_group()
+        dp, dp_rank = mesh["dp"].size(), mesh["dp"].get_local_rank()
+        module = Stage.module(model, stage, stages).to(device)
+        plan = {k.removeprefix(f"layers.{i}."): v for i in range(len(model.layers))
+                for k, v in tp_plan(model).items() if k.startswith(f"layers.{i}.")}
+        for layer in module.layers:  # the blocks' plan (embedding and output stay replicated)
+            parallelize_module(layer, mesh["tp"], plan)
+        for layer in module.layers:
+            fully_shard(layer, mesh=mesh["dp"])
+        fully_shard(module, mesh=mesh["dp"])
+    schedule = pipelining.Schedule1F1B(
+        pipelining.PipelineStage(module, stage, stages, torch.device(device), group=group),
+        n_microbatches=microbatches, loss_fn=loss_fn)
+    opt = torch.optim.AdamW(module.parameters(), lr=1e-3, foreach=True)
+    first, last = stage == 0, stage == stages - 1
+    local = batch.chunk(dp)[dp_rank].to(device)
+
+    def step():
+        schedule.step(*((local,) if first else ()), target=local if last else None)
+        opt.step()
+        opt.zero_grad()
+
+    return step, dp
 
 
 def make_step(model, opt, batch):
@@ -132,10 +208,16 @@ def rank_main(rank: int, world: int, port: int, out: str, opts: dict) -> None:
     for layout in LAYOUTS:
         for device in DEVICES:
             dev = f"mock:{rank}" if device == "mock" else "cpu"
-            model, opt, dp, dp_rank = build(layout, dev, rank, world, cfg)
-            global_batch = tokens(opts["batch"] * dp, opts["seq"], seed=1, vocab=cfg.vocab)
-            local = global_batch.chunk(dp)[dp_rank].to(dev)
-            steps[(layout, device)] = make_step(model, opt, local)
+            if layout.startswith("pp"):
+                # the pipeline carries the batch the data-parallel layouts spread over all ranks
+                global_batch = tokens(opts["batch"] * world, opts["seq"], seed=1, vocab=cfg.vocab)
+                steps[(layout, device)], dp = build_pipelined(layout, dev, rank, world, cfg, global_batch,
+                                                              opts["microbatches"])
+            else:
+                model, opt, dp, dp_rank = build(layout, dev, rank, world, cfg)
+                global_batch = tokens(opts["batch"] * dp, opts["seq"], seed=1, vocab=cfg.vocab)
+                local = global_batch.chunk(dp)[dp_rank].to(dev)
+                steps[(layout, device)] = make_step(model, opt, local)
             pairs[(layout, device)] = {"tokens": global_batch.numel(), "dp": dp}
     for step in steps.values():
         for _ in range(opts["warmup"]):
@@ -182,7 +264,7 @@ def report(data: dict) -> tuple[str, bool]:
     for layout in LAYOUTS:
         m, c = by[(layout, "mock")], by[(layout, "cpu")]
         ratio = paired_ratio(m, c)
-        lines.append(f"| {layout} | {m['seconds'] * 1e3:.0f} ms | {c['seconds'] * 1e3:.0f} ms | {ratio:.2f} | "
+        lines.append(f"| {TITLES[layout]} | {m['seconds'] * 1e3:.0f} ms | {c['seconds'] * 1e3:.0f} ms | {ratio:.2f} | "
                      f"{m['tokens'] / m['seconds']:,.0f} | {c['tokens'] / c['seconds']:,.0f} |")
         met = ratio <= GOAL
         ok = ok and met
@@ -193,6 +275,26 @@ def report(data: dict) -> tuple[str, bool]:
         lines += ["", f"rank 0, {name}, self CPU time per step: {split}; top ops:"]
         lines += [f"  {r['self_ms']:8.1f} ms  {r['calls']:5d} x  {r['op']}" for r in prof["top"]]
     return "\n".join(lines + [""] + verdicts), ok
+
+
+BEGIN, END = "<!-- training.py: begin -->", "<!-- training.py: end -->"
+
+
+def readme_section(data: dict, table: str, argv: list[str]) -> str:
+    """bench/README.md's generated part of "Training step": the run's command, environment,
+    table and verdicts."""
+    env, cfg = data["environment"], data["config"]
+    load = lambda v: f"{v[0]:.1f}"  # noqa: E731  (1-minute average)
+    return "\n".join([
+        BEGIN, "", f"`{' '.join(['python bench/training.py', *argv])}`",
+        f"(regenerates this part, `bench/results/training.json` and `training.png`). Measured "
+        f"{env['date']}, commit {env['commit']}, torch {env['torch']}, {env['cpus']} CPUs, "
+        f"load average {load(env['load_before'])} before and {load(env['load_after'])} after; "
+        f"{data['world']} ranks, dim {cfg['dim']}, {cfg['layers']} blocks, vocabulary {cfg['vocab']}, "
+        f"{cfg['batch']} sequences of {cfg['seq']} tokens per data-parallel rank (the pipelined "
+        f"layouts carry the same global batch in {cfg['microbatches']} micro-batches), "
+        f"{cfg['rounds']} rounds of {cfg['steps']} steps.", "", table, "",
+        "![training step](results/training.png)", "", END])
 
 
 def plot(data: dict, path: Path) -> None:
@@ -218,7 +320,7 @@ def plot(data: dict, path: Path) -> None:
                          ha="center", va="bottom")
     cfg = data["config"]
     for ax, title in ((axes[0], "step time, ms (dots: rounds; mock/cpu)"), (axes[1], "tokens / s")):
-        ax.set_xticks(range(len(LAYOUTS)), ["FSDP2", "FSDP2 x TP"])
+        ax.set_xticks(range(len(LAYOUTS)), [TITLES[layout] for layout in LAYOUTS], fontsize=7)
         ax.set_title(f"{title}, {data['world']} ranks")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend()
@@ -243,6 +345,9 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab", type=int, default=2048)
     parser.add_argument("--seq", type=int, default=128)
     parser.add_argument("--batch", type=int, default=2, help="sequences per data-parallel rank")
+    parser.add_argument("--microbatches", type=int, default=4,
+                        help="micro-batches of a pipelined step (a multiple of the stages)")
+    parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
     parser.add_argument("--profile", action="store_true",
                         help="profile --steps more steps of each layout and device on rank 0 "
                              "(time by category, top ops)")
@@ -250,21 +355,29 @@ def main(argv=None) -> int:
     for name in ("rounds", "steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1, got {getattr(args, name)}")
-    if args.ranks < 2 or args.ranks % 2:
-        parser.error(f"--ranks must be even and at least 2 (FSDP2 x TP uses a (2, ranks/2) mesh), "
-                     f"got {args.ranks}")
+    if args.ranks < 4 or args.ranks % 4:
+        parser.error(f"--ranks must be a multiple of 4 (FSDP2 x TP uses a (2, ranks/2) mesh, the "
+                     f"3-D layout a (2, ranks/4, 2) one), got {args.ranks}")
+    if args.layers % args.ranks or args.microbatches % args.ranks:
+        parser.error(f"--layers and --microbatches must be multiples of --ranks ({args.ranks}): "
+                     "the pipeline has one stage per rank")
     tp = args.ranks // 2
     if args.heads % tp or args.vocab % tp or args.hidden % tp:
         parser.error(f"--heads, --vocab and --hidden must be multiples of the TP size {tp}")
     opts = {k: getattr(args, k) for k in ("rounds", "steps", "warmup", "dim", "heads", "hidden", "layers",
-                                          "vocab", "seq", "batch", "profile")}
+                                          "vocab", "seq", "batch", "microbatches", "profile")}
     start = time.monotonic()
+    env = environment()
     data = run_ranks(__file__, args.ranks, args.out / "training.json", json.dumps(opts))
     if data is None:
         return 2
     raw = args.out / "training.json"
+    data["environment"] = {**env, "load_after": os.getloadavg()}
+    raw.write_text(json.dumps(data, indent=1) + "\n")
     text, ok = report(data)
     print(text)
+    if not args.no_readme:
+        write_section(readme_section(data, text, argv or sys.argv[1:]), BEGIN, END, "Training step")
     plot(data, args.out / "training.png")
     print(f"\n{args.ranks} ranks, {time.monotonic() - start:.0f} s; plot: {args.out / 'training.png'}, "
           f"numbers: {raw}")

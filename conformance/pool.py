@@ -26,44 +26,11 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from accelkit.conformance.outcomes import RankResult
-
-#: Where mockccl's shared-memory segments live, and the prefix of their names.
-SHM_DIR = Path("/dev/shm")
-SHM_PREFIX = "accelkit_mockccl_"
+from accelkit.conformance.processes import exit_text, kill_group, spawn
 
 
 class PoolStartError(Exception):
     """The pool could not start (a rank failed setup or init); the message has each rank's error."""
-
-
-def _exit_text(returncode: int | None) -> str:
-    if returncode is None:
-        return "still running"
-    if returncode < 0:
-        try:
-            return signal.Signals(-returncode).name
-        except ValueError:
-            return f"signal {-returncode}"
-    return f"exit code {returncode}"
-
-
-def sweep_shm(pids: list[int]) -> list[str]:
-    """Remove ``/dev/shm/accelkit_mockccl_*`` segments whose name carries one of ``pids`` (as a
-    ``_<pid>`` token), left behind by ranks that were killed; returns the names removed."""
-    removed = []
-    tokens = {str(p) for p in pids}
-    try:
-        names = [p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)]
-    except OSError:
-        return removed
-    for name in names:
-        if tokens & set(name[len(SHM_PREFIX):].split("_")):
-            try:
-                (SHM_DIR / name).unlink()
-                removed.append(name)
-            except FileNotFoundError:
-                pass
-    return removed
 
 
 class Pool:
@@ -112,12 +79,11 @@ class Pool:
             log = Path(self._logdir.name) / f"rank{rank}.log"
             self.logs.append(log)
             with open(log, "wb") as out:
-                proc = subprocess.Popen(
+                proc = spawn(
                     [sys.executable, "-m", "accelkit.conformance.worker",
                      str(child_sock.fileno()), json.dumps(config)],
-                    pass_fds=(child_sock.fileno(),), env=env, stdin=subprocess.DEVNULL,
-                    stdout=out, stderr=subprocess.STDOUT,
-                    process_group=0 if self.pgid is None else self.pgid)
+                    group=self.pgid or 0, pass_fds=(child_sock.fileno(),), env=env,
+                    stdout=out, stderr=subprocess.STDOUT)
             self.procs.append(proc)
             if self.pgid is None:  # rank 0 leads the group (process_group=0: its own pid)
                 self.pgid = proc.pid
@@ -139,7 +105,7 @@ class Pool:
                     self.procs[rank].wait(timeout=5)
                     raise PoolStartError(
                         f"rank {rank} died during start-up "
-                        f"({_exit_text(self.procs[rank].returncode)}); its output:\n"
+                        f"({exit_text(self.procs[rank].returncode)}); its output:\n"
                         f"{self._log_tail(rank).strip() or '(none)'}") from None
 
     def _handshake(self, timeout_s: float) -> None:
@@ -264,7 +230,7 @@ class Pool:
             self.procs[rank].wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
             return "closed its connection to the engine but did not exit (killed)"
-        return _exit_text(self.procs[rank].returncode)
+        return exit_text(self.procs[rank].returncode)
 
     def _dump_stacks(self, ranks: list[int]) -> None:
         """Ask hung ranks for every thread's stack (faulthandler on SIGUSR1) before the kill."""
@@ -316,16 +282,9 @@ class Pool:
                     proc.wait(timeout=max(0.0, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     break
-        if self.pgid is not None and any(proc.poll() is None for proc in self.procs):
-            try:  # the group still has a member
-                os.killpg(self.pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for proc in self.procs:
-            proc.wait()
+        kill_group(self.pgid, self.procs)
         for conn in self.conns:
             conn.close()
-        sweep_shm([p.pid for p in self.procs])
         self.conns = []
         self._logdir.cleanup()
 

@@ -35,14 +35,14 @@ naming ``torch.compile(fn, backend="aot_eager")``, which needs only the Dynamo i
 
 from __future__ import annotations
 
-import importlib.abc
 import os
-import sys
 import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from accelkit.core.after_import import after_import
 
 #: Device-module members the Dynamo interface cannot do without.
 REQUIRED_MEMBERS: tuple[str, ...] = (
@@ -150,8 +150,22 @@ def register_compiler(name: str, device_module: Any, inductor: InductorFactory |
             f"torch.{name} lacks {', '.join(missing)}: Dynamo's DeviceInterface for {name!r} is "
             "built from these device-module functions; add them (accelkit's "
             "build_device_module provides them)") if missing else None)
-    _after_import(DYNAMO_MODULE, lambda: _register_dynamo(name))
-    _after_import(INDUCTOR_MODULE, lambda: _register_inductor(name))
+    after_import(DYNAMO_MODULE, _warning_on_failure(DYNAMO_MODULE, lambda: _register_dynamo(name)))
+    after_import(INDUCTOR_MODULE,
+                 _warning_on_failure(INDUCTOR_MODULE, lambda: _register_inductor(name)))
+
+
+def _warning_on_failure(module: str, register: Callable[[], None]) -> Callable[[object], None]:
+    """``register`` as an after-import callback of ``module`` that turns a failure into a
+    warning: registering a device must not break torch's own import."""
+    def callback(_module: object) -> None:
+        try:
+            register()
+        except Exception as exc:
+            warnings.warn(f"accelkit: registering a device when {module} loaded failed: "
+                          f"{type(exc).__name__}: {exc}", stacklevel=2)
+
+    return callback
 
 
 def compiler_status(name: str) -> CompilerStatus:
@@ -414,66 +428,3 @@ def _refusal(reason: str, common: Any) -> tuple[type, type, Any]:
             raise NotImplementedError(reason)
 
     return RefusedScheduling, RefusedWrapper, common.DeviceOpOverrides()
-
-
-# -- after-import hooks --------------------------------------------------------------------
-def _after_import(module: str, callback: Callable[[], None]) -> None:
-    """Call ``callback`` now if ``module`` is imported, else right after it is."""
-    if module in sys.modules:
-        callback()
-        return
-    with _lock:
-        finder = next((f for f in sys.meta_path if isinstance(f, _AfterImport)), None)
-        if finder is None:
-            finder = _AfterImport()
-            sys.meta_path.insert(0, finder)
-        finder.callbacks.setdefault(module, []).append(callback)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """A meta-path finder that leaves finding to the others and runs callbacks after the
-    module it waits for has been executed."""
-
-    def __init__(self) -> None:
-        self.callbacks: dict[str, list[Callable[[], None]]] = {}
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname not in self.callbacks:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None:
-                    spec.loader = _RunAfter(spec.loader, self, fullname)
-                return spec
-        return None
-
-
-class _RunAfter(importlib.abc.Loader):
-    """The module's own loader, followed by the callbacks waiting for it."""
-
-    def __init__(self, loader: Any, finder: _AfterImport, fullname: str) -> None:
-        self._loader = loader
-        self._finder = finder
-        self._fullname = fullname
-
-    def __getattr__(self, attr: str) -> Any:  # get_source, get_code, ... of the real loader
-        return getattr(self._loader, attr)
-
-    def create_module(self, spec: Any) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._loader.exec_module(module)
-        with _lock:
-            callbacks = self._finder.callbacks.pop(self._fullname, [])
-            if not self._finder.callbacks and self._finder in sys.meta_path:
-                sys.meta_path.remove(self._finder)
-        for callback in callbacks:  # a failure must not break torch's own import
-            try:
-                callback()
-            except Exception as exc:
-                warnings.warn(f"accelkit: registering a device when {self._fullname} loaded "
-                              f"failed: {type(exc).__name__}: {exc}", stacklevel=2)

@@ -19,7 +19,7 @@ from accelkit.conformance.api import CHECKS
 from accelkit.conformance.checks import load_all
 
 AREAS = ("registration", "collectives", "devicemesh", "dtensor", "rng", "tp", "checkpoint",
-         "compile", "training", "streams", "scale", "ops")
+         "compile", "training", "streams", "scale", "ops", "pipelining")
 PACKAGE = "accelkit.conformance.checks"
 
 #: Each behaviour the design PRs describe -> the checks that exercise it.
@@ -127,7 +127,11 @@ FLOOR: dict[str, tuple[str, ...]] = {
     "training": ("ddp_parity", "fsdp2_parity", "fsdp2_mixed_precision", "fsdp2_grad_accumulation",
                  "fsdp2_prefetch", "fsdp2_cpu_offload", "fsdp2_ops", "fsdp2_divide_factor", "hsdp_2d",
                  "fsdp2_tp_2d", "activation_checkpoint_rng", "activation_checkpoint_dtensor_rng",
-                 "resume", "resume_2d", "sdpa_choice", "tp_attention", "tp_attention_sdpa"),
+                 "resume", "resume_2d", "sdpa_choice", "tp_attention", "tp_attention_sdpa",
+                 "context_parallel"),
+    "pipelining": ("p2p_batched_tags", "schedule_gpipe", "schedule_1f1b", "schedule_interleaved_1f1b",
+                   "schedule_looped_bfs", "schedule_interleaved_zero_bubble", "schedule_zbv_zero_bubble",
+                   "schedule_dualpipev", "pipeline_split", "pp_fsdp2", "pp_tp", "train_3d"),
     "streams": ("device_handle_streams", "collective_ordering", "side_stream_events",
                 "record_stream", "memory_statistics", "event_timing"),
 }
@@ -196,7 +200,8 @@ def test_requirements_are_consistent(catalogue):
             continue
         assert c.world_size in (4, 8), f"{cid}: world_size {c.world_size}"
         if c.world_size == 8:
-            assert cid == "devicemesh.mesh_3d", f"{cid} needs 8 ranks; only the 3-D mesh should"
+            assert cid in ("devicemesh.mesh_3d", "pipelining.train_3d"), (
+                f"{cid} needs 8 ranks; only the 3-D mesh and the 3-D training run should")
         assert set(c.also_at) <= {2, 8}, f"{cid}: also_at {c.also_at} (verified sizes: 2, 8)"
 
 
@@ -206,7 +211,7 @@ def test_most_checks_also_run_on_2_and_8_ranks(catalogue):
     real = {cid for cid, c in catalogue.items() if not c.simulated}
     at2 = {cid for cid, c in catalogue.items() if 2 in c.world_sizes}
     at8 = {cid for cid, c in catalogue.items() if 8 in c.world_sizes}
-    assert real - at2 == {"collectives.subgroup_half", "devicemesh.mesh_3d"}
+    assert real - at2 == {"collectives.subgroup_half", "devicemesh.mesh_3d", "pipelining.train_3d"}
     assert real - at8 == {"dtensor.embedding", "dtensor.matmul",
                                     "checkpoint.reshard_shard1", "tp.transformer_block"}
 

@@ -12,7 +12,7 @@ from accelkit.conformance.api import CheckDef
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
-from accelkit.conformance.pool import SHM_DIR, sweep_shm
+from accelkit.conformance.processes import SHM_DIR, sweep_shm
 from accelkit.core import registry
 
 
@@ -240,6 +240,37 @@ def test_sweep_shm_removes_only_segments_of_the_given_pids():
         for p in (ours, other):
             if p.exists():
                 os.unlink(p)
+
+
+def test_kill_group_stops_a_child_and_what_it_started_and_sweeps_their_segments():
+    """A spawned process leads its own group: kill_group stops it and the process it started
+    (which a kill of the child alone would orphan), reaps it, and removes a mockccl segment
+    named after the grandchild; exit_text names the signal."""
+    import subprocess
+    import sys
+    import time
+
+    from accelkit.conformance.processes import exit_text, group_pids, kill_group, spawn
+
+    script = ("import subprocess, sys, time; "
+              "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              "print(g.pid, flush=True); time.sleep(60)")
+    child = spawn([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    grandchild = int(child.stdout.readline())
+    segment = SHM_DIR / f"accelkit_mockccl_{grandchild}_0_test"
+    segment.write_bytes(b"x")
+    try:
+        assert set(group_pids(child.pid)) >= {child.pid, grandchild}
+        assert kill_group(child.pid, [child]) == [segment.name]
+        assert exit_text(child.returncode) == "SIGKILL" and not segment.exists()
+        deadline = time.monotonic() + 5
+        while grandchild in group_pids(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)  # the grandchild, now a zombie of init, is reaped by init
+        assert grandchild not in group_pids(child.pid)
+    finally:
+        child.stdout.close()
+        segment.unlink(missing_ok=True)
+    assert exit_text(3) == "exit code 3" and exit_text(None) == "still running"
 
 
 @pytest.mark.parametrize("failure", [RuntimeError("nvcc: not found"),

@@ -474,7 +474,7 @@ def _(c):
     import torch
     import torch.distributed as dist
 
-    for n in (0, 3, 200_000):  # 200k floats span several mailbox chunks
+    for n in (0, 3, 700_000):  # 2.8 MB: several mailbox chunks (1 MiB a pair at 2 ranks)
         right, left = (c.rank + 1) % c.ws, (c.rank - 1) % c.ws
         mine = c.inp(c.rank, (n,), torch.float32, salt=n)
         got = c.on(torch.zeros(n))
@@ -485,6 +485,25 @@ def _(c):
             dist.recv(got, left)
             dist.send(c.on(mine), right)
         check_equal(got, c.inp(left, (n,), torch.float32, salt=n))
+
+
+@case("segment-grows-linearly-with-the-group")
+def _(c):
+    """A group's shared-memory segment is the size ``segment_bytes`` computes (read from this
+    process's mapping of it), and that size grows linearly with the group: a fixed mailbox per
+    pair of ranks made it quadratic (1 GiB at 64 ranks)."""
+    from accelkit.backends.mock.mockccl import extension
+
+    with open("/proc/self/maps") as maps:
+        spans = [line.split()[0] for line in maps if "accelkit_mockccl_" in line]
+    assert spans, "no mockccl segment mapped in this rank"
+    sizes = {int(hi, 16) - int(lo, 16) for lo, hi in (s.split("-") for s in spans)}
+    page = os.sysconf("SC_PAGE_SIZE")
+    expected = -(-extension().segment_bytes(c.ws) // page) * page
+    assert expected in sizes, f"mapped segments {sorted(sizes)}, expected one of {expected} bytes"
+    at = {n: extension().segment_bytes(n) for n in (16, 64, 256)}
+    assert at[64] < 4.5 * at[16] and at[256] < 4.5 * at[64], f"segment bytes by size: {at}"
+    assert at[64] < 256 << 20, f"a 64-rank group maps {at[64] >> 20} MiB"
 
 
 @case("isend-irecv-batch-both-directions")

@@ -344,7 +344,7 @@ def test_porting_guide_counts_are_what_list_prints():
                      .read_text().split())
     words = {1: "one", 2: "two", 3: "three", 4: "four"}
     assert (f"runs every check written for 2 ranks ({at_2} of {total}: all but the half-group "
-            f"collective, the 3-D mesh and the simulated `scale` checks) on 2 ranks, and the "
+            f"collective, the 3-D mesh, the 3-D training run and the simulated `scale` checks) on 2 ranks, and the "
             f"report names the "
             f"{words.get(left_2, left_2)} it left out; `--world-size 8` runs the {at_8} written "
             "for 8") in guide, (total, at_2, at_8)

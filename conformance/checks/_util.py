@@ -34,6 +34,14 @@ def rank_input(shape, rank: int, seed: int = 0, dtype: torch.dtype = torch.float
     return host_tensor(shape, seed * 1000 + rank, dtype, low=low, high=high)
 
 
+def local_chunk(tensor: torch.Tensor, rank: int, world_size: int, dim: int = 0) -> torch.Tensor:
+    """Rank ``rank``'s block of ``tensor`` sharded on ``dim`` over ``world_size`` ranks, as
+    DTensor's ``Shard(dim)`` lays it out: ``torch.chunk``'s pieces, and an empty block (size 0
+    on ``dim``) for the ranks past the last piece (a dimension shorter than the world)."""
+    pieces = tensor.chunk(world_size, dim)
+    return pieces[rank] if rank < len(pieces) else tensor.narrow(dim, 0, 0)
+
+
 def assert_equal(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     """Bitwise equality of values, shape and dtype (``actual`` may live on any device)."""
     actual = actual.detach().cpu()
@@ -107,15 +115,21 @@ def expect_raises(exc_type: type[BaseException], *fragments: str, what: str):
 @contextmanager
 def shared_tmpdir(prefix: str = "accelkit-check-"):
     """A temporary directory whose path rank 0 chooses and broadcasts over the default group;
-    rank 0 removes it after every rank has left the block."""
+    rank 0 removes it after every rank has left the block (at once when the block raised on
+    rank 0)."""
     path = [tempfile.mkdtemp(prefix=prefix) if dist.get_rank() == 0 else None]
     dist.broadcast_object_list(path, src=0)
     try:
         yield path[0]
-    finally:
-        dist.barrier()
+    except BaseException:
+        # no barrier: the other ranks may wait for this one in a collective (a pipeline's
+        # point-to-point); the engine sees the failure and tears the ranks down
         if dist.get_rank() == 0:
             shutil.rmtree(path[0], ignore_errors=True)
+        raise
+    dist.barrier()
+    if dist.get_rank() == 0:
+        shutil.rmtree(path[0], ignore_errors=True)
 
 
 def assert_value(actual, expected, what: str) -> None:

@@ -18,6 +18,7 @@ from accelkit.conformance.checks._util import (
     assert_equal,
     assert_on_device,
     host_tensor,
+    local_chunk,
     shared_tmpdir,
 )
 from accelkit.conformance.checks.tp import MLP, MLP_PLAN, _seeded
@@ -69,7 +70,7 @@ def sharded_roundtrip(ctx):
             "plain": torch.zeros(3, device=ctx.device),
         }
         dcp.load(target, checkpoint_id=path)
-    assert_equal(target["weight"].to_local(), weight.chunk(ctx.world_size)[ctx.rank], "weight shard")
+    assert_equal(target["weight"].to_local(), local_chunk(weight, ctx.rank, ctx.world_size), "weight shard")
     assert_equal(target["weight"].full_tensor(), weight, "weight")
     assert_equal(target["bias"].to_local(), bias, "bias replica")
     assert_on_device(ctx, target["plain"], "plain tensor")

@@ -26,6 +26,7 @@ from accelkit.conformance.checks._util import (
     assert_value,
     expect_raises,
     host_tensor,
+    local_chunk,
 )
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
@@ -219,7 +220,7 @@ def partial(ctx):
     assert_equal(summed.full_tensor(), total, "Partial(sum).full_tensor()")
     assert_equal(summed.redistribute(mesh, [Replicate()]).to_local(), total, "Partial(sum) -> Replicate")
     scattered = summed.redistribute(mesh, [Shard(0)])
-    assert_equal(scattered.to_local(), torch.chunk(total, ctx.world_size)[ctx.rank], "Partial(sum) -> Shard(0)")
+    assert_equal(scattered.to_local(), local_chunk(total, ctx.rank, ctx.world_size), "Partial(sum) -> Shard(0)")
     avg = DTensor.from_local(locals_[ctx.rank].to(ctx.device, copy=True), mesh, [Partial("avg")])
     assert_equal(avg.full_tensor(), total / ctx.world_size, "Partial(avg).full_tensor()")
     rep = distribute_tensor(total.to(ctx.device, copy=True), mesh, [Replicate()])
@@ -362,7 +363,8 @@ def layer_norm(ctx):
     Shard(0) and matches one device within 1e-5, forward and the weight's gradient
     (torch.distributed.tensor)."""
     mesh = ctx.mesh((ctx.world_size,))
-    x, w, b = host_tensor((8, 16), 70), host_tensor((16,), 71), host_tensor((16,), 72)
+    rows = max(8, 2 * ctx.world_size)  # every rank a block of rows: torch keeps Shard(0) then
+    x, w, b = host_tensor((rows, 16), 70), host_tensor((16,), 71), host_tensor((16,), 72)
     dx = distribute_tensor(x.to(ctx.device, copy=True), mesh, [Shard(0)])
     dw = distribute_tensor(w.to(ctx.device, copy=True), mesh, [Replicate()]).requires_grad_()
     db = distribute_tensor(b.to(ctx.device, copy=True), mesh, [Replicate()])
@@ -397,7 +399,8 @@ def autograd(ctx):
     Shard(0): x.grad is Shard(0), w.grad is Partial(sum), and both equal the single-device
     gradients; a scalar loss gives the same values (torch.distributed.tensor autograd)."""
     mesh = ctx.mesh((ctx.world_size,))
-    x, w, g = _ints((8, 4), 90), _ints((4, 6), 91), _ints((8, 6), 92)
+    rows = max(8, 2 * ctx.world_size)  # every rank a block of rows: torch keeps Shard(0) then
+    x, w, g = _ints((rows, 4), 90), _ints((4, 6), 91), _ints((rows, 6), 92)
     dx = distribute_tensor(x.to(ctx.device, copy=True), mesh, [Shard(0)]).requires_grad_()
     dw = distribute_tensor(w.to(ctx.device, copy=True), mesh, [Replicate()]).requires_grad_()
     dg = distribute_tensor(g.to(ctx.device, copy=True), mesh, [Shard(0)])

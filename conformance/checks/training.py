@@ -747,9 +747,9 @@ _FUSED_SDPA = {
 }
 
 
-def _sdpa_taken(q, k, v) -> tuple[int, torch.Tensor]:
+def _sdpa_taken(q, k, v) -> tuple[int, torch.Tensor, str | None]:
     """The SDPBackend value of the path F.scaled_dot_product_attention(causal) takes on these
-    tensors (the fused op it dispatches to; math when none) and its output."""
+    tensors (math when it dispatches to no fused op), its output and the fused op's name."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Record(TorchDispatchMode):
@@ -763,8 +763,8 @@ def _sdpa_taken(q, k, v) -> tuple[int, torch.Tensor]:
 
     with Record() as rec:
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-    fused = [_FUSED_SDPA[op] for op in rec.ops if op in _FUSED_SDPA]
-    return (fused[0] if fused else 0), out
+    fused = [op for op in rec.ops if op in _FUSED_SDPA]
+    return (_FUSED_SDPA[fused[0]] if fused else 0), out, (fused[0] if fused else None)
 
 
 #: One block with 8 heads of 2 (every world size up to 8 gets whole heads).
@@ -785,7 +785,7 @@ def sdpa_choice(ctx):
     A device without fused attention must answer math (0); answering what the CPU would do
     misleads code that picks a layout or a sharding rule from the answer."""
     q, k, v = (_heads(ctx, 50 + i).to(ctx.device) for i in range(3))
-    taken, out = _sdpa_taken(q, k, v)
+    taken, out, _ = _sdpa_taken(q, k, v)
     choice = int(torch._fused_sdp_choice(q, k, v, is_causal=True))
     from torch.nn.attention import SDPBackend
 
@@ -843,7 +843,7 @@ def tp_attention_sdpa(ctx):
     from torch.nn.attention import SDPBackend
 
     local = [_heads(ctx, 50 + i).to(ctx.device) for i in range(3)]
-    taken, _ = _sdpa_taken(*local)
+    taken, _, _ = _sdpa_taken(*local)
     heads = [distribute_tensor(t, mesh, [Shard(1)]) for t in local]
     try:
         torch.nn.functional.scaled_dot_product_attention(*heads, is_causal=True)
@@ -856,3 +856,47 @@ def tp_attention_sdpa(ctx):
                  f"on DTensor heads takes the {path} path on {ctx.device_type}, for which DTensor "
                  f"has no sharding rule: {message[:160]}")
     _tp_attention_run(ctx, sdpa=True, local_heads=False)
+
+
+#: The fused attention ops context parallelism shards (ring attention).
+_CP_SHARDED = ("_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
+               "_scaled_dot_product_cudnn_attention")
+
+
+@check
+def context_parallel(ctx):
+    """Context parallelism (torch.distributed.tensor.experimental.context_parallel): causal
+    F.scaled_dot_product_attention inside the context, on q, k, v sharded along the sequence
+    over the ranks (load-balanced), equals one device's attention within TOL once unsharded
+    (context_parallel_unshard), forward and the gradients of q, k and v. torch shards only the
+    fused flash, memory-efficient and cuDNN attention ops (ring attention,
+    ``_context_parallel/_attention.py``); where SDPA takes another path on the device, torch
+    refuses (or DTensor does, on the math path's mixed operands), and the check SKIPs with
+    torch's error and the path taken; an error where SDPA takes a sharded op fails."""
+    from torch.distributed.tensor.experimental import context_parallel as cp_context
+    from torch.distributed.tensor.experimental._attention import context_parallel_unshard
+    from torch.nn.attention import SDPBackend
+
+    mesh = ctx.mesh((ctx.world_size,), ("cp",))
+    seq = 4 * ctx.world_size  # two chunks per rank: the head-tail load balancer's layout
+    full = [host_tensor((2, 4, seq, 8), 60 + i).to(ctx.device) for i in range(3)]
+    taken, expected, op = _sdpa_taken(*full)
+    ref = [t.clone().requires_grad_() for t in full]
+    torch.nn.functional.scaled_dot_product_attention(*ref, is_causal=True).sum().backward()
+    q, k, v = (t.clone() for t in full)
+    try:
+        with cp_context(mesh, buffers=[q, k, v], buffer_seq_dims=[2, 2, 2]):
+            leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+            out = torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True)
+            out.sum().backward()
+    except (NotImplementedError, RuntimeError) as exc:
+        if op in _CP_SHARDED:
+            raise
+        ctx.skip(f"unsupported by torch {torch.__version__.split('+')[0]}: context_parallel shards "
+                 f"only the fused flash, memory-efficient and cuDNN attention ops, and causal "
+                 f"scaled_dot_product_attention takes the {SDPBackend(taken).name} path on "
+                 f"{ctx.device_type}: {str(exc).splitlines()[0][:160]}")
+    got = context_parallel_unshard(mesh, [out.detach(), *(t.grad for t in leaves)], [2, 2, 2, 2])
+    assert_close(got[0], expected, "context-parallel attention", **TOL)
+    for name, grad, r in zip("qkv", got[1:], ref, strict=True):
+        assert_close(grad, r.grad, f"context-parallel d{name}", **TOL)

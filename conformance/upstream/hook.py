@@ -6,8 +6,8 @@ configuration in ``ACCELKIT_UPSTREAM`` (a JSON file: backend, records directory,
 to apply, and for the plugin the results file and the expectations). Python imports
 ``startup/sitecustomize.py`` at interpreter start (children started by multiprocessing's
 spawn and forkserver, and plain subprocesses, inherit the environment), which calls
-:func:`install_from_env`. That installs one import hook (:class:`_AfterImport`) that runs code
-right after a module has executed, before whoever imported it gets it:
+:func:`install_from_env`. That runs code right after a module has executed, before whoever
+imported it gets it (:func:`accelkit.core.after_import.after_import`):
 
 - after ``torch``: ``spec.setup()`` (the backend's device and collective library are
   registered before any harness module or test module picks its device at import);
@@ -21,62 +21,15 @@ right after a module has executed, before whoever imported it gets it:
 
 from __future__ import annotations
 
-import importlib.abc
 import json
 import os
-import sys
 from collections.abc import Callable
 from types import ModuleType
 
+from accelkit.core.after_import import after_import
+
 #: Environment variable holding the path of the run's configuration (a JSON file).
 CONFIG_ENV = "ACCELKIT_UPSTREAM"
-
-
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader, then ``after(module)``."""
-
-    def __init__(self, loader, after: Callable[[ModuleType], None]) -> None:
-        self._loader = loader
-        self._after = after
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module) -> None:
-        self._loader.exec_module(module)
-        self._after(module)
-
-    def __getattr__(self, name):  # get_source, get_filename, ... for inspect and linecache
-        return getattr(self._loader, name)
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds nothing itself: wraps the loader the other finders return for watched modules."""
-
-    def __init__(self, actions: dict[str, list[Callable[[ModuleType], None]]]) -> None:
-        self.actions = actions
-
-    def find_spec(self, name, path, target=None):
-        if name not in self.actions:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is not None:
-            spec.loader = _Loader(spec.loader, self._run(name))
-        return spec
-
-    def _run(self, name: str) -> Callable[[ModuleType], None]:
-        def after(module: ModuleType) -> None:
-            for action in self.actions.pop(name, []):
-                action(module)
-
-        return after
 
 
 def install(config: dict) -> None:
@@ -96,11 +49,9 @@ def install(config: dict) -> None:
     for module, items in adaptations_mod.for_module(chosen).items():
         actions.setdefault(module, []).extend(
             (lambda m, a=a: a.apply(m, spec)) for a in items)
-    finder = _AfterImport(actions)
-    for name in list(actions):  # already imported (not at interpreter start): run now
-        if name in sys.modules:
-            finder._run(name)(sys.modules[name])
-    sys.meta_path.insert(0, finder)
+    for module, callbacks in actions.items():
+        for callback in callbacks:
+            after_import(module, callback)
 
 
 def config_from_env() -> dict | None:

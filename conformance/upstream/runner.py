@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import threading
@@ -31,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accelkit.conformance.pool import sweep_shm
+from accelkit.conformance.processes import exit_text, kill_group, spawn
 from accelkit.conformance.upstream.hook import CONFIG_ENV
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"
@@ -67,30 +66,6 @@ def slug(path: str) -> str:
     return re.sub(r"\.py$", "", path).replace(".", "_")
 
 
-def _session_pids(sid: int) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == sid:  # fields after the name: state ppid pgrp session
-                pids.append(int(entry.name))
-    return pids
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    """Kill ``proc``'s process group (pytest and the ranks it started) and their segments."""
-    pids = _session_pids(proc.pid)
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-    sweep_shm(pids)
-
-
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
 
@@ -115,15 +90,14 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
     with open(run.log, "w") as log:
         log.write(f"$ (cd {root} && {' '.join(cmd)})\n")
         log.flush()
-        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = spawn(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
         with _live_lock:
             _live.add(proc)
         try:
             run.exit_code = _wait(proc, start + timeout_s, results,
                                   (lambda record: on_test(rel, record)) if on_test else None)
         except subprocess.TimeoutExpired:
-            _kill(proc)
+            kill_group(proc.pid, [proc])
             run.status = "timeout"
         finally:
             with _live_lock:
@@ -186,7 +160,7 @@ def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
                           "details": error["details"], "duration_s": 0.0, "expectation": None})
     done = {t["nodeid"] for t in run.tests}
     ended = (f"the file ran past its {timeout_s:g} s timeout" if run.status == "timeout"
-             else f"pytest ended ({_how(run.exit_code)})")
+             else f"pytest ended ({exit_text(run.exit_code)})")
     for test in run.collected:
         if test["nodeid"] in done:
             continue
@@ -198,15 +172,6 @@ def _read_results(run: FileRun, results: Path, timeout_s: float) -> None:
             reason = f"never started: {ended}" + (f" during {running}" if running else "")
         run.tests.append({"nodeid": test["nodeid"], "outcome": outcome, "reason": reason,
                           "details": "", "duration_s": 0.0, "expectation": None})
-
-
-def _how(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit code {code}"
 
 
 def run_files(root: Path, files: list[str], out_dir: Path, config: dict,
@@ -233,7 +198,7 @@ def run_files(root: Path, files: list[str], out_dir: Path, config: dict,
         with _live_lock:
             running = list(_live)
         for proc in running:
-            _kill(proc)
+            kill_group(proc.pid, [proc])
         raise
     finally:
         pool.shutdown(wait=True)

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -46,6 +47,18 @@ size_t env_size(const char* name, size_t fallback) {
               " must be a number of bytes >= 4096");
   return static_cast<size_t>(parsed);
 }
+
+// Point to point: every rank has an inbox of `inbox` bytes (ACCELKIT_MOCKCCL_P2P_BYTES), split
+// evenly among the group's senders, each pair's mailbox a whole number of cache lines. A group's
+// mailboxes then take size * inbox bytes: linear in the group size (a fixed mailbox per pair
+// would be quadratic: 1 GiB for 64 ranks at 256 KiB a pair). A smaller mailbox only means a
+// message crosses it in more chunks.
+size_t pair_chunk(int size) {
+  const size_t inbox = env_size("ACCELKIT_MOCKCCL_P2P_BYTES", 2 << 20);
+  return std::max<size_t>(64, inbox / static_cast<size_t>(size) / 64 * 64);
+}
+
+size_t collective_chunk() { return env_size("ACCELKIT_MOCKCCL_CHUNK_BYTES", 512 << 10); }
 
 std::string hostname() {
   char buf[256] = {0};
@@ -157,7 +170,7 @@ void create(Segment& seg, size_t chunk, size_t p2p_chunk, int size, uint64_t non
     close(fd);
     sys_error("cannot reserve " + std::to_string(seg.bytes >> 20) + " MiB in /dev/shm for a " +
                   std::to_string(size) + "-rank group (lower ACCELKIT_MOCKCCL_CHUNK_BYTES or "
-                  "enlarge /dev/shm)",
+                  "ACCELKIT_MOCKCCL_P2P_BYTES, or enlarge /dev/shm)",
               err);
   }
   map(seg, fd);
@@ -201,8 +214,8 @@ std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& s
   check_one_host(store, rank, size, timeout);
   Segment seg;
   if (rank == 0) {
-    const size_t chunk = env_size("ACCELKIT_MOCKCCL_CHUNK_BYTES", 512 << 10);
-    const size_t p2p_chunk = env_size("ACCELKIT_MOCKCCL_P2P_CHUNK_BYTES", 256 << 10);
+    const size_t chunk = collective_chunk();
+    const size_t p2p_chunk = pair_chunk(size);
     const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) |
                            std::random_device{}();
     create(seg, chunk, p2p_chunk, size, nonce);
@@ -238,5 +251,9 @@ std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& s
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "mockccl: the mock device's collective library (shared memory, one host)";
   m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mockccl::kSegmentPrefix;
+  m.def("segment_bytes", [](int size) {
+    TORCH_CHECK(size >= 1, "mockccl: a group has at least one rank, got ", size);
+    return mockccl::Layout(size, mockccl::collective_chunk(), mockccl::pair_chunk(size)).total;
+  }, "The bytes of the shared-memory segment a group of `size` ranks maps (current settings).");
   accelkit::c10d::bind_collectives(m, mockccl::kName, mockccl::connect);
 }

@@ -17,7 +17,8 @@
 // round k+1's barrier, that is after everybody finished reading set k. The per-call header
 // (kind, dtype, count, op, root, seq) is written before the first barrier and checked by
 // every rank after it: a mismatch raises on all ranks before any data is used.
-// Point to point: each ordered pair of ranks has a mailbox of one chunk; a message goes through
+// Point to point: each ordered pair of ranks has a mailbox of one p2p chunk (the inbox size over
+// the group size, mockccl.cpp pair_chunk); a message goes through
 // it chunk by chunk, in the order the sender posts. A receive takes the peer's messages in that
 // order: the first with its tag is delivered, those with other tags are kept (in this process)
 // for the receives that ask for them, so messages match by (peer, tag) and stay in order within
