@@ -6,9 +6,9 @@ Every rank is a worker: it calls ``spec.setup()``, selects its device (``LOCAL_R
 (:mod:`~accelkit.conformance.options`), but for the world size: the launch's. Checks written
 for the launch's world size run at it; the others are SKIPped with the reason. Rank 0 plans the
 run (:func:`~accelkit.conformance.plan.make_plan`), publishes each step's decision through the
-launch's store (so every rank agrees), collects the per-rank results through the store,
-merges them with the same logic as the pool engine and, at the end, prints the summary and
-writes the reports.
+launch's store (so every rank agrees), collects the per-rank results through the store (as
+JSON), merges them with the same logic as the pool engine and, at the end, prints the
+summary and writes the reports.
 
 What cannot be recovered here: a hung rank or a dead one. Rank 0 arms a watchdog for each
 check's budget: when it fires (and some rank has not answered), the check is reported TIMEOUT
@@ -21,10 +21,10 @@ listed as not run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
-import pickle
 import signal
 import sys
 import threading
@@ -39,6 +39,17 @@ from accelkit.conformance.session import LoadError, UsageError, resolve
 
 _PREFIX = "accelkit_conformance"
 PROG = "python -m accelkit.conformance"
+
+
+def _encode(result: RankResult) -> bytes:
+    """A rank's result as it travels through the launch's store: JSON. Every process of the
+    job can write to the store, so what rank 0 reads from it must not be able to run code
+    (unpickling can)."""
+    return json.dumps(dataclasses.asdict(result)).encode()
+
+
+def _decode(data: bytes) -> RankResult:
+    return RankResult(**json.loads(data))
 
 
 def _env_int(name: str) -> int:
@@ -104,7 +115,7 @@ class LaunchRunner(Runner):
             timer.daemon = True
             timer.start()
         mine = run_on_rank(check, ctx, self.group_count)
-        self.store.set(f"{self.index}/rank{self.rank}", pickle.dumps(mine))
+        self.store.set(f"{self.index}/rank{self.rank}", _encode(mine))
         if self.rank != 0:  # rank 0's next plan (or the end) tells when everyone is done
             return CheckResult(check.id, check.world_size, *merge([mine]), ranks=[mine])
         keys = [f"{self.index}/rank{r}" for r in range(self.world_size)]
@@ -112,7 +123,7 @@ class LaunchRunner(Runner):
         with self._watch_lock:  # a timer firing from now on finds no running check
             self._current = None
         timer.cancel()
-        ranks = [pickle.loads(self.store.get(k)) for k in keys]
+        ranks = [_decode(self.store.get(k)) for k in keys]
         self.group_count = max(r.group_count for r in ranks)
         outcome, reason = merge(ranks)
         return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks)
@@ -121,7 +132,7 @@ class LaunchRunner(Runner):
         answers = []
         for r in range(self.world_size):
             key = f"{self.index}/rank{r}"
-            answers.append(pickle.loads(store.get(key)) if store.check([key]) else None)
+            answers.append(_decode(store.get(key)) if store.check([key]) else None)
         return answers
 
     def _on_timeout(self, step: Step) -> None:

@@ -100,13 +100,11 @@ class _Store:
 
 
 def _launch_runner(monkeypatch):
-    import pickle
-
     from accelkit.conformance.api import CheckDef
     from accelkit.conformance.options import Options
     from accelkit.conformance.outcomes import RankResult
     from accelkit.conformance.plan import Step
-    from accelkit.conformance.torchrun import LaunchRunner
+    from accelkit.conformance.torchrun import LaunchRunner, _encode
     from accelkit.core import registry
 
     store = _Store()
@@ -119,8 +117,26 @@ def _launch_runner(monkeypatch):
     monkeypatch.setattr(runner, "abort", lambda *args: aborts.append(args))
     runner.index = 1
     for rank in range(2):
-        store.set(f"1/rank{rank}", pickle.dumps(RankResult(rank=rank, status="pass")))
+        store.set(f"1/rank{rank}", _encode(RankResult(rank=rank, status="pass")))
     return runner, check, aborts
+
+
+def test_rank_results_travel_through_the_store_as_json_not_pickle():
+    """What a rank writes to the launch's store is JSON that rank 0 reads back into the same
+    result (rows included); a pickle in the store is refused, never unpickled."""
+    import pickle
+
+    import pytest
+    from accelkit.conformance import torchrun
+    from accelkit.conformance.outcomes import RankResult
+
+    result = RankResult(rank=3, status="fail", message="x differs", duration_s=0.25,
+                        peak_host_mb=12.5, rows=[{"op": "add", "dtype": "float32", "status": "pass"}])
+    data = torchrun._encode(result)
+    assert json.loads(data)["rows"][0]["op"] == "add"
+    assert torchrun._decode(data) == result
+    with pytest.raises(ValueError):
+        torchrun._decode(pickle.dumps(result))
 
 
 def test_watchdog_firing_after_every_rank_answered_does_not_abort(monkeypatch):
