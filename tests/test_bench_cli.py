@@ -19,8 +19,10 @@ def test_zero_rounds_is_refused_with_the_reason():
 
 def test_training_bench_refuses_bad_options_before_starting_ranks():
     for argv, message in ((["--steps", "0"], "--steps must be at least 1, got 0"),
-                          (["--ranks", "3"], "--ranks must be even and at least 2"),
-                          (["--ranks", "8", "--heads", "6"],
+                          (["--ranks", "6"], "--ranks must be a multiple of 4"),
+                          (["--ranks", "8"], "--layers and --microbatches must be multiples of "
+                                             "--ranks (8): the pipeline has one stage per rank"),
+                          (["--ranks", "8", "--layers", "8", "--microbatches", "8", "--heads", "6"],
                            "--heads, --vocab and --hidden must be multiples of the TP size 4")):
         proc = subprocess.run([sys.executable, str(TRAINING), *argv], capture_output=True, text=True,
                               timeout=60)
