@@ -6,7 +6,7 @@ resumes).
 
 Every schedule check trains a stack of residual MLP blocks (``x + w2(tanh(w1(x)))``) split into
 stages, each stage on its rank's own device, for ``STEPS`` SGD steps of ``MICROBATCHES``
-micro-batches, and compares the loss, every stage's gradients and the parameters after the
+micro-batches (one per stage where the stages are more), and compares the loss, every stage's gradients and the parameters after the
 step with the same model trained on one device (this rank's device, no process group) on the
 whole batch. The schedules scale gradients by the number of micro-batches (``scale_grads``),
 so the pipeline's gradients are those of the whole batch's mean loss; they differ from the
@@ -106,7 +106,7 @@ class Reference:
     """The whole model trained on this rank's device alone: per step, the loss, the output,
     the gradients (by parameter name) and the parameters after the step."""
 
-    def __init__(self, ctx, model: Stack, steps: int = STEPS, halves: int = 1) -> None:
+    def __init__(self, ctx, model: Stack, steps: int = STEPS, halves: int = 1, rows: int = BATCH) -> None:
         ref = copy.deepcopy(model).to(ctx.device)
         opt = torch.optim.SGD(ref.parameters(), lr=LR)
         self.losses, self.outputs, self.grads, self.params = [], [], [], []
@@ -114,7 +114,7 @@ class Reference:
         #: replica's share), before the step
         self.part_losses = []
         for step in range(steps):
-            x, y = (t.to(ctx.device) for t in batch(step))
+            x, y = (t.to(ctx.device) for t in batch(step, rows))
             with torch.no_grad():
                 self.part_losses.append([loss_fn(ref(xs), ys).cpu() for xs, ys in
                                          zip(x.chunk(halves), y.chunk(halves), strict=True)])
@@ -151,23 +151,26 @@ def train_stages(ctx, schedule_cls, stage_ids: list[int], n_stages: int, *, grou
     ``STEPS`` steps (``group``: the pipeline's ranks, default all) and compare each step with
     ``reference``. ``modules``: the stages' modules when already parallelized; ``rows``: this
     data-parallel replica's slice of the batch."""
+    # DualPipeV needs a micro-batch per stage: more stages (ranks) than MICROBATCHES, a larger batch
+    microbatches = max(MICROBATCHES, n_stages)
+    total = BATCH * microbatches // MICROBATCHES
     model = model or whole_model(n_stages)
-    reference = reference or Reference(ctx, model)
+    reference = reference or Reference(ctx, model, rows=total)
     modules = modules or [stage_module(model, s, n_stages).to(ctx.device) for s in stage_ids]
     stages = [pipelining.PipelineStage(m, s, n_stages, ctx.device, group=group)
               for m, s in zip(modules, stage_ids, strict=True)]
     multi = issubclass(schedule_cls, pipelining.schedules.PipelineScheduleMulti)
-    schedule = schedule_cls(stages if multi else stages[0], n_microbatches=MICROBATCHES,
+    schedule = schedule_cls(stages if multi else stages[0], n_microbatches=microbatches,
                             loss_fn=loss_fn)
     opt = torch.optim.SGD([p for m in modules for p in m.parameters()], lr=LR)
     first, last = 0 in stage_ids, n_stages - 1 in stage_ids
     for step in range(STEPS):
-        x, y = (t[rows].to(ctx.device) for t in batch(step))
+        x, y = (t[rows].to(ctx.device) for t in batch(step, total))
         losses: list[torch.Tensor] = []
         out = schedule.step(*((x,) if first else ()), target=y if last else None,
                             losses=losses if last else None)
         if last:
-            assert len(losses) == MICROBATCHES, f"{len(losses)} micro-batch losses, expected {MICROBATCHES}"
+            assert len(losses) == microbatches, f"{len(losses)} micro-batch losses, expected {microbatches}"
             loss = torch.stack([t.detach() for t in losses]).mean()
             assert_on_device(ctx, loss, f"step {step} loss")
             assert_close(loss, reference.losses[step] if rows == slice(None) else
