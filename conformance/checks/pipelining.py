@@ -146,16 +146,19 @@ def compare_stage(ctx, module: nn.Module, expected: dict[str, torch.Tensor], wha
 
 def train_stages(ctx, schedule_cls, stage_ids: list[int], n_stages: int, *, group=None,
                  modules: list[nn.Module] | None = None, model: Stack | None = None,
-                 reference: Reference | None = None, rows=slice(None)) -> None:
+                 replicas: int = 1, replica: int = 0) -> None:
     """Train this rank's stages ``stage_ids`` of ``n_stages`` under ``schedule_cls`` for
     ``STEPS`` steps (``group``: the pipeline's ranks, default all) and compare each step with
-    ``reference``. ``modules``: the stages' modules when already parallelized; ``rows``: this
-    data-parallel replica's slice of the batch."""
+    the whole model on one device. ``modules``: the stages' modules when already
+    parallelized; ``replicas``: data-parallel copies of the pipeline, each taking its slice
+    (``replica``) of the batch."""
     # DualPipeV needs a micro-batch per stage: more stages (ranks) than MICROBATCHES, a larger batch
     microbatches = max(MICROBATCHES, n_stages)
-    total = BATCH * microbatches // MICROBATCHES
+    per = BATCH * microbatches // MICROBATCHES
+    total = per * replicas
+    rows = slice(replica * per, (replica + 1) * per)
     model = model or whole_model(n_stages)
-    reference = reference or Reference(ctx, model, rows=total)
+    reference = Reference(ctx, model, halves=replicas, rows=total)
     modules = modules or [stage_module(model, s, n_stages).to(ctx.device) for s in stage_ids]
     stages = [pipelining.PipelineStage(m, s, n_stages, ctx.device, group=group)
               for m, s in zip(modules, stage_ids, strict=True)]
@@ -173,10 +176,8 @@ def train_stages(ctx, schedule_cls, stage_ids: list[int], n_stages: int, *, grou
             assert len(losses) == microbatches, f"{len(losses)} micro-batch losses, expected {microbatches}"
             loss = torch.stack([t.detach() for t in losses]).mean()
             assert_on_device(ctx, loss, f"step {step} loss")
-            assert_close(loss, reference.losses[step] if rows == slice(None) else
-                         reference.part_losses[step][rows.start // (rows.stop - rows.start)],
-                         f"step {step} loss", **TOL)
-            if out is not None and rows == slice(None):
+            assert_close(loss, reference.part_losses[step][replica], f"step {step} loss", **TOL)
+            if out is not None and replicas == 1:
                 assert_close(out, reference.outputs[step], f"step {step} output", **TOL)
         for module in modules:
             compare_stage(ctx, module, reference.grads[step], "gradient")
@@ -366,10 +367,8 @@ def pp_fsdp2(ctx):
     model = whole_model(4)
     replicas, replica = dp.size(), dp.get_local_rank()
     module = _fsdp(stage_module(model, stage, 2).to(ctx.device), dp)
-    per = BATCH // replicas
     train_stages(ctx, pipelining.Schedule1F1B, [stage], 2, group=group, modules=[module], model=model,
-                 reference=Reference(ctx, model, halves=replicas),
-                 rows=slice(replica * per, (replica + 1) * per))
+                 replicas=replicas, replica=replica)
 
 
 @check(any_world_size=False)  # an even world: 2 stages of world / 2 ranks
