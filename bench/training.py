@@ -293,7 +293,9 @@ def readme_section(data: dict, table: str, argv: list[str]) -> str:
         f"{data['world']} ranks, dim {cfg['dim']}, {cfg['layers']} blocks, vocabulary {cfg['vocab']}, "
         f"{cfg['batch']} sequences of {cfg['seq']} tokens per data-parallel rank (the pipelined "
         f"layouts carry the same global batch in {cfg['microbatches']} micro-batches), "
-        f"{cfg['rounds']} rounds of {cfg['steps']} steps.", "", table, "",
+        f"{cfg['rounds']} rounds of {cfg['steps']} steps.", "",
+        "\n".join(f"- {line}" if line.startswith(("PASS", "MISS")) else line for line in table.splitlines()),
+        "",
         "![training step](results/training.png)", "", END])
 
 
