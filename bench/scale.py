@@ -135,7 +135,7 @@ def plot(data: dict, path: Path) -> None:
         ax.legend(fontsize=8)
     env = data["environment"]
     fig.suptitle(f"accelkit conformance on mock: scale area (simulated) and {', '.join(REAL_AREAS)} "
-                 f"(real); torch {env['torch']}, commit {env['commit']}")
+                 f"(real); torch {env['torch']}, commit {env['commit']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
 
