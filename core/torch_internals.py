@@ -111,6 +111,8 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.distributed.tensor.placement_types._StridedShard",
                "training: FSDP2 x TP placements"),
     PrivateAPI("torch.utils._python_dispatch.TorchDispatchMode", "training: op tracing"),
+    PrivateAPI("torch.distributed.tensor.experimental._attention.context_parallel_unshard",
+               "training: context parallelism's output and gradients gathered along the sequence"),
     PrivateAPI("torch.distributed._local_tensor",
                "scale: LocalTensorMode, every simulated rank's numerics in one process"),
     PrivateAPI("torch.distributed.tensor._random._PhiloxState",
