@@ -137,7 +137,6 @@ def compare_stage(ctx, module: nn.Module, expected: dict[str, torch.Tensor], wha
     """Every parameter (or gradient, per ``what``) of a stage module equals the whole model's
     entry of the same name, and lives on this rank's device."""
     for name, param in module.named_parameters():
-        name = name.replace("_fsdp_wrapped_module.", "")
         value = param.grad if what == "gradient" else param
         assert value is not None, f"{name}: no {what} on this stage"
         assert_on_device(ctx, _full(value), f"{name} {what}")
@@ -342,7 +341,7 @@ def _pp_by(ctx, inner: str):
     """A 2 x (world / 2) mesh ("pp", inner): this rank's stage (its pp coordinate), the
     pipeline group and the inner mesh."""
     mesh = ctx.mesh((2, ctx.world_size // 2), ("pp", inner))
-    return mesh["pp"].get_local_rank(), mesh["pp"].get_group(), mesh[inner], mesh
+    return mesh["pp"].get_local_rank(), mesh["pp"].get_group(), mesh[inner]
 
 
 def _tp(module: Stack, mesh) -> Stack:
@@ -363,7 +362,7 @@ def pp_fsdp2(ctx):
     equals one device's on that slice, and the gathered gradients and parameters equal one
     device's on the whole batch within TOL (the schedule drives FSDP2's gradient sync and
     resharding)."""
-    stage, group, dp, _ = _pp_by(ctx, "dp")
+    stage, group, dp = _pp_by(ctx, "dp")
     model = whole_model(4)
     replicas, replica = dp.size(), dp.get_local_rank()
     module = _fsdp(stage_module(model, stage, 2).to(ctx.device), dp)
@@ -376,7 +375,7 @@ def pp_tp(ctx):
     """torch.distributed.pipelining over tensor parallelism (a 2 x N/2 mesh: 2 stages, each block's w1 Colwise
     and w2 Rowwise over the stage's tensor-parallel ranks), Schedule1F1B: loss, output and the
     gathered gradients and parameters equal one device's within TOL."""
-    stage, group, tp, _ = _pp_by(ctx, "tp")
+    stage, group, tp = _pp_by(ctx, "tp")
     model = whole_model(4)
     module = _tp(stage_module(model, stage, 2).to(ctx.device), tp)
     train_stages(ctx, pipelining.Schedule1F1B, [stage], 2, group=group, modules=[module], model=model)
