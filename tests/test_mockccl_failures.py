@@ -294,3 +294,20 @@ if __name__ == "__main__":
     except Exception:
         traceback.print_exc()
         raise
+
+
+def test_bad_transport_sizes_are_refused_naming_the_setting():
+    """ACCELKIT_MOCKCCL_P2P_BYTES below a page, and a group of no ranks, are refused with what
+    to set (read where a group's segment is sized: mockccl's segment_bytes, as at connect)."""
+    script = ("from accelkit.backends.mock.mockccl import extension\n"
+              "for n in (0, 4):\n"
+              "    try:\n"
+              "        extension().segment_bytes(n)\n"
+              "    except RuntimeError as e:\n"
+              "        print(str(e).splitlines()[0])\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ACCELKIT_MOCKCCL_P2P_BYTES": "100"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines == ["mockccl: a group has at least one rank, got 0",
+                     "ACCELKIT_MOCKCCL_P2P_BYTES=100 must be a number of bytes >= 4096"], proc.stdout
