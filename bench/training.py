@@ -68,31 +68,17 @@ def build(layout: str, device: str, rank: int, world: int, cfg):
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True), dp, dp_rank
 
 
-class Stage:
+def stage_module(model, index: int, count: int):
     """Stage ``index`` of ``count`` of the transformer, as torchtitan splits it: the embedding
-    on the first, an even share of the blocks, the norm and the output on the last."""
+    on the first, an even share of the blocks, the norm and the output on the last (in that
+    order, the transformer's forward)."""
+    from torch import nn
 
-    @staticmethod
-    def module(model, index: int, count: int):
-        from torch import nn
-
-        class _Stage(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                per = len(model.layers) // count
-                self.tok_embeddings = model.tok_embeddings if index == 0 else None
-                self.layers = nn.ModuleList(model.layers[index * per:(index + 1) * per])
-                last = index == count - 1
-                self.norm, self.output = (model.norm, model.output) if last else (None, None)
-
-            def forward(self, x):
-                if self.tok_embeddings is not None:
-                    x = self.tok_embeddings(x)
-                for layer in self.layers:
-                    x = layer(x)
-                return self.output(self.norm(x)) if self.output is not None else x
-
-        return _Stage()
+    per = len(model.layers) // count
+    parts = [model.tok_embeddings] if index == 0 else []
+    parts += list(model.layers[index * per:(index + 1) * per])
+    parts += [model.norm, model.output] if index == count - 1 else []
+    return nn.Sequential(*parts)
 
 
 def build_pipelined(layout: str, device: str, rank: int, world: int, cfg, batch, microbatches: int):
@@ -110,17 +96,18 @@ def build_pipelined(layout: str, device: str, rank: int, world: int, cfg, batch,
     model = Transformer(cfg)
     if layout == "pp":
         stage, stages, group, dp, dp_rank = rank, world, None, 1, 0
-        module = Stage.module(model, stage, stages).to(device)
+        module = stage_module(model, stage, stages).to(device)
     else:
         mesh = init_device_mesh(device.split(":")[0], (2, world // 4, 2), mesh_dim_names=("pp", "dp", "tp"))
         stage, stages, group = mesh["pp"].get_local_rank(), 2, mesh["pp"].get_group()
         dp, dp_rank = mesh["dp"].size(), mesh["dp"].get_local_rank()
-        module = Stage.module(model, stage, stages).to(device)
+        module = stage_module(model, stage, stages).to(device)
         plan = {k.removeprefix(f"layers.{i}."): v for i in range(len(model.layers))
                 for k, v in tp_plan(model).items() if k.startswith(f"layers.{i}.")}
-        for layer in module.layers:  # the blocks' plan (embedding and output stay replicated)
+        blocks = [m for m in module if m in set(model.layers)]
+        for layer in blocks:  # the blocks' plan (embedding and output stay replicated)
             parallelize_module(layer, mesh["tp"], plan)
-        for layer in module.layers:
+        for layer in blocks:
             fully_shard(layer, mesh=mesh["dp"])
         fully_shard(module, mesh=mesh["dp"])
     schedule = pipelining.Schedule1F1B(
