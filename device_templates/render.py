@@ -209,8 +209,8 @@ PY_OVERRIDES: dict[str, dict[str, str]] = {
         "__doc__": '''"""${cname}, the ${name} device's collective library: a C++ ``c10d::Backend``.
 
 Rendered by ``accelkit new`` from accelkit's mockccl (``accelkit/backends/mock/mockccl.py``). The
-transport is ``csrc/${cname}_shm.h`` with ``csrc/${cname}_*.cpp`` (shared memory between the
-ranks of one host): replace it with calls into your collective library; the glue between c10d
+transport is ``csrc/${cname}_shm.h`` with ``csrc/${cname}_*.cpp`` (shared memory within a host,
+TCP between hosts, ``csrc/${cname}_hosts.h``): replace it with calls into your collective library; the glue between c10d
 and a transport, ``<accelkit/c10d/backend.h>``, stays in accelkit. ``create_backend`` is the creator
 ``torch_${name}`` registers for ``${name}`` devices (``extended_api=True``).
 """''',

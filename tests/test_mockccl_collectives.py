@@ -4,6 +4,11 @@ One pool of rank processes per world size (2 and 4) runs every case of :data:`CA
 (``python tests/test_mockccl_collectives.py`` is the rank program) and reports a JSON object
 ``{case: "ok" | error}``; the tests are parametrized over those results. Every rank knows every
 rank's input (a deterministic function of rank and case), so each checks its own output.
+
+A third pool runs the 4-rank cases with the ranks on three hosts (:data:`HOSTS`, given by
+``ACCELKIT_MOCKCCL_HOSTID``): mockccl's inter-host path (mockccl_hosts.h) with a host of two
+ranks that are not neighbours and two hosts of one rank, so every collective's leaders, root
+hand-overs and rank placement are exercised.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import pytest
 
 WORLD_SIZES = (2, 4)
 TIMEOUT_S = 60  # a healthy run takes a few seconds per pool
+#: The host of each rank in the pool across hosts.
+HOSTS = ("a", "b", "a", "c")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -41,10 +48,12 @@ def case(name, world=WORLD_SIZES):
 class Ctx:
     """What a case sees: its rank, the world size, its mock device, and input builders."""
 
-    def __init__(self, rank, world_size):
+    def __init__(self, rank, world_size, hosts=None):
         import torch
 
         self.rank, self.ws = rank, world_size
+        #: The ranks of this rank's host (all of them on one host).
+        self.host_size = world_size if hosts is None else hosts.count(hosts[rank])
         self.dev = torch.device("mock", rank)
 
     def inp(self, rank, shape, dtype, salt=0, low=-3, high=4):
@@ -489,9 +498,9 @@ def _(c):
 
 @case("segment-grows-linearly-with-the-group")
 def _(c):
-    """A group's shared-memory segment is the size ``segment_bytes`` computes (read from this
-    process's mapping of it), and that size grows linearly with the group: a fixed mailbox per
-    pair of ranks made it quadratic (1 GiB at 64 ranks)."""
+    """A group's shared-memory segment is the size ``segment_bytes`` computes for the group's
+    ranks on this host (read from this process's mapping of it), and that size grows linearly
+    with the group: a fixed mailbox per pair of ranks made it quadratic (1 GiB at 64 ranks)."""
     from accelkit.backends.mock.mockccl import extension
 
     with open("/proc/self/maps") as maps:
@@ -499,7 +508,7 @@ def _(c):
     assert spans, "no mockccl segment mapped in this rank"
     sizes = {int(hi, 16) - int(lo, 16) for lo, hi in (s.split("-") for s in spans)}
     page = os.sysconf("SC_PAGE_SIZE")
-    expected = -(-extension().segment_bytes(c.ws) // page) * page
+    expected = -(-extension().segment_bytes(c.host_size) // page) * page
     assert expected in sizes, f"mapped segments {sorted(sizes)}, expected one of {expected} bytes"
     at = {n: extension().segment_bytes(n) for n in (16, 64, 256)}
     assert at[64] < 4.5 * at[16] and at[256] < 4.5 * at[64], f"segment bytes by size: {at}"
@@ -673,8 +682,9 @@ def _(c):
     assert backend._get_sequence_number_for_group() == before + 1
 
 
-def rank_main(rank: int, world_size: int, out_path: str) -> None:
-    """Run every case for this world size; write {case: "ok" | error} as JSON."""
+def rank_main(rank: int, world_size: int, out_path: str, hosts: str | None = None) -> None:
+    """Run every case for this world size; write {case: "ok" | error} as JSON. `hosts`: the
+    comma-separated host of every rank, when they are set with ACCELKIT_MOCKCCL_HOSTID."""
     import accelkit.backends.mock  # noqa: F401  (torch.mock and mockccl)
     import torch
     import torch.distributed as dist
@@ -683,7 +693,7 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
     torch.mock.set_device(rank)
     dist.init_process_group("mock:mockccl,cpu:gloo", rank=rank, world_size=world_size,
                             timeout=__import__("datetime").timedelta(seconds=20))
-    c = Ctx(rank, world_size)
+    c = Ctx(rank, world_size, hosts.split(",") if hosts else None)
     results = {}
     for name, (fn, worlds) in CASES.items():
         if world_size not in worlds:
@@ -750,11 +760,17 @@ def build_extensions() -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
-def run_pool(world_size: int, tmp_path_factory):
-    """The results of one pool of `world_size` rank processes that ran every case."""
+def run_pool(world_size: int, tmp_path_factory, hosts=None):
+    """The results of one pool of `world_size` rank processes that ran every case; `hosts`: the
+    host each rank connects as (ACCELKIT_MOCKCCL_HOSTID), else all on this one."""
     build_extensions()
     out = tmp_path_factory.mktemp(f"mockccl_ws{world_size}")
-    results, errs, codes = spawn_ranks(__file__, world_size, out)
+    if hosts is None:
+        results, errs, codes = spawn_ranks(__file__, world_size, out)
+    else:
+        results, errs, codes = spawn_ranks(
+            __file__, world_size, out, extra_args=[",".join(hosts)],
+            prefix=lambda rank: ["env", f"ACCELKIT_MOCKCCL_HOSTID={hosts[rank]}"])
     return world_size, results, errs, codes
 
 
@@ -766,6 +782,11 @@ def pool2(tmp_path_factory):
 @pytest.fixture(scope="module")
 def pool4(tmp_path_factory):
     return run_pool(4, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def pool_hosts(tmp_path_factory):
+    return run_pool(len(HOSTS), tmp_path_factory, HOSTS)
 
 
 def check_pool_finished(pool):
@@ -805,5 +826,14 @@ def test_ws4(pool4, name):
     check_case(pool4, name)
 
 
+def test_across_hosts_ranks_finished_cleanly(pool_hosts):
+    check_pool_finished(pool_hosts)
+
+
+@pytest.mark.parametrize("name", cases_for(len(HOSTS)))
+def test_across_hosts(pool_hosts, name):
+    check_case(pool_hosts, name)
+
+
 if __name__ == "__main__":
-    rank_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    rank_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], *sys.argv[4:5])

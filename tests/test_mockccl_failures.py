@@ -2,7 +2,10 @@
 hosts, default backend with no backend string, and no shared memory left behind.
 
 One pool of 3 rank processes runs the whole scenario (``python tests/test_mockccl_failures.py`` is
-the rank program; rank 2 is the one that misbehaves) and reports what each rank saw as JSON.
+the rank program; rank 2 is the one that misbehaves) and reports what each rank saw as JSON. It
+runs twice: all ranks on one host, and across two hosts (ACCELKIT_MOCKCCL_HOSTID) with rank 2
+beside rank 1, so rank 0 learns of rank 2's misdeeds only through rank 1's host — and must
+still be told the same things, as fast.
 """
 
 from __future__ import annotations
@@ -104,13 +107,18 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
 
 
 def host_rank_main(rank: int, world_size: int, out_path: str) -> None:
-    """Ranks whose hostnames differ (rank 1 runs in its own UTS namespace)."""
+    """Ranks whose hostnames differ (ranks 1 and 2 run in UTS namespaces of their own)."""
     import accelkit.backends.mock  # noqa: F401
+    import torch
     import torch.distributed as dist
 
-    outcome = _outcome(lambda: dist.init_process_group(
-        "mock:mockccl,cpu:gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=20)))
-    Path(out_path).write_text(json.dumps({"init": outcome}))
+    torch.mock.set_device(rank)
+    dist.init_process_group("mock:mockccl,cpu:gloo", rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=20))
+    t = torch.full((2,), float(rank + 1), device=torch.device("mock", rank))
+    dist.all_reduce(t)
+    dist.destroy_process_group()
+    Path(out_path).write_text(json.dumps({"host": os.uname().nodename, "sum": t.cpu().tolist()}))
 
 
 def eager_rank_main(rank: int, world_size: int, out_path: str) -> None:
@@ -159,11 +167,18 @@ def leftover_segments(pids) -> list[str]:
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
+#: The scenario's layouts: the host of each rank (None: all on this one).
+LAYOUTS = {"one-host": None, "two-hosts": ("a", "b", "b")}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def scenario(request, tmp_path_factory):
     build_extensions()
     out = tmp_path_factory.mktemp("mockccl_failures")
-    results, errs, codes = spawn_ranks(__file__, WORLD, out, timeout=90)
+    hosts = LAYOUTS[request.param]
+    prefix = None if hosts is None else (
+        lambda rank: ["env", f"ACCELKIT_MOCKCCL_HOSTID={hosts[rank]}"])
+    results, errs, codes = spawn_ranks(__file__, WORLD, out, timeout=90, prefix=prefix)
     return results, errs, codes
 
 
@@ -267,23 +282,23 @@ def test_no_default_backend_warning_at_shutdown(scenario):
 @pytest.mark.skipif(shutil.which("unshare") is None or subprocess.run(
     ["unshare", "--uts", "true"], capture_output=True).returncode != 0,
     reason="needs `unshare --uts` (root) to give one rank another hostname")
-def test_ranks_on_different_hosts_fail_naming_the_hosts(tmp_path):
+def test_ranks_on_different_hosts_connect(tmp_path):
+    """Ranks whose hostnames differ (no ACCELKIT_MOCKCCL_HOSTID) form one group that reduces
+    right: mockccl tells hosts apart by hostname and joins them over TCP."""
     build_extensions()
-    here = os.uname().nodename
 
     def prefix(rank):
         if rank == 0:
             return []
         return ["unshare", "--uts", "sh", "-c", 'hostname mockccl-other-host && exec "$@"', "sh"]
 
-    results, errs, codes = spawn_ranks(__file__, 2, tmp_path, extra_args=["hosts"], prefix=prefix,
+    results, errs, codes = spawn_ranks(__file__, 3, tmp_path, extra_args=["hosts"], prefix=prefix,
                                        timeout=60)
-    assert codes == [0, 0], "\n".join(e[-2000:] for e in errs)
+    assert codes == [0, 0, 0], "\n".join(e[-2000:] for e in errs)
+    here = os.uname().nodename
+    assert [r["host"] for r in results] == [here, "mockccl-other-host", "mockccl-other-host"]
     for r in results:
-        init = r["init"]
-        assert init["raised"] == "DistBackendError", init
-        assert f"rank 0 on '{here}', rank 1 on 'mockccl-other-host'" in init["message"], init
-        assert "Use a multi-host backend" in init["message"], init
+        assert r["sum"] == [6.0, 6.0], r
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
-"""mockccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory.
+"""mockccl, the mock's collective library: a C++ ``c10d::Backend`` over shared memory within a
+host and TCP between hosts.
 
-The C++ lives in ``backends/mock/csrc/mockccl*.{h,cpp}`` (the shared-memory transport, which a
-vendor replaces with their library) and ``core/include/accelkit/c10d/*.h`` (the reusable glue
+The C++ lives in ``backends/mock/csrc/mockccl*.{h,cpp}`` (the transport, which a vendor replaces
+with their library) and ``core/include/accelkit/c10d/*.h`` (the reusable glue
 between c10d and a transport). It is built on first use as its own extension,
 ``accelkit_mock_mockccl``, separate from the mock device's extension.
 
@@ -43,8 +44,8 @@ def extension():
 
 def connect(store, rank: int, size: int, timeout: timedelta, device: str = DEVICE):
     """The mockccl ``c10d.Backend`` of one process group, connected through ``store``: every rank
-    of the group calls it. Raises ``DistBackendError`` when the ranks are on different hosts or
-    a rank does not connect within ``timeout``."""
+    of the group calls it: shared memory among the ranks of each host, TCP between hosts.
+    Raises ``DistBackendError`` when a rank does not connect within ``timeout``."""
     timeout_ms = max(1, int(timeout.total_seconds() * 1000))
     return extension().Backend(store, rank, size, timeout_ms, device)
 

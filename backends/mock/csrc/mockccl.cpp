@@ -2,15 +2,16 @@
 //
 // `Backend(store, rank, size, timeout_ms, device)` (accelkit::c10d::bind_collectives) connects
 // the ranks of one process group through the c10d Store and returns a c10d::Backend
-// (<accelkit/c10d/backend.h>) running on the shared-memory transport (mockccl_shm.h and the
-// mockccl_*.cpp files it lists).
+// (<accelkit/c10d/backend.h>) running on mockccl's transport: shared memory within a host
+// (mockccl_shm.h and the mockccl_*.cpp files it lists), TCP between hosts (mockccl_hosts.h).
 // Connecting:
-//   1. every rank publishes its hostname; ranks on different hosts fail with the host names
-//      (mockccl is one-host);
-//   2. rank 0 creates /dev/shm/accelkit_mockccl_<pid>_<n>_<random>, reserves its memory (so a full
-//      /dev/shm fails here, not later with SIGBUS) and publishes the name; the other ranks map it
-//      and report back; rank 0 then unlinks the name. From then on nothing is left in /dev/shm,
-//      whatever happens to the processes: the memory goes away with the last mapping.
+//   1. every rank publishes its host (hostname, or ACCELKIT_MOCKCCL_HOSTID);
+//   2. the lowest rank of each host creates /dev/shm/accelkit_mockccl_<pid>_<n>_<random> for the
+//      group's ranks on that host, reserves its memory (so a full /dev/shm fails here, not later
+//      with SIGBUS) and publishes the name; the host's other ranks map it and report back; the
+//      creator then unlinks the name. From then on nothing is left in /dev/shm, whatever happens
+//      to the processes: the memory goes away with the last mapping;
+//   3. a group that spans hosts also connects its ranks over TCP (mockccl_net.h).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -31,6 +32,7 @@
 
 #include <accelkit/c10d/backend.h>
 
+#include "mockccl_hosts.h"
 #include "mockccl_shm.h"
 
 namespace mockccl {
@@ -94,31 +96,19 @@ void wait_ranks(const c10::intrusive_ptr<::c10d::Store>& store, const char* what
   }
 }
 
-void check_one_host(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                    std::chrono::milliseconds timeout) {
-  store->set(rank_key("host", rank), to_bytes(hostname()));
+// The host each rank is on: its hostname, or ACCELKIT_MOCKCCL_HOSTID where set (as NCCL_HOSTID:
+// ranks with different values connect as if on different machines, which is how tests run the
+// inter-host path on one). Every rank waits for every other's.
+std::vector<std::string> hosts_of(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
+                                  int size, std::chrono::milliseconds timeout) {
+  const char* id = std::getenv("ACCELKIT_MOCKCCL_HOSTID");
+  store->set(rank_key("host", rank), to_bytes(id != nullptr && *id != '\0' ? id : hostname()));
   std::vector<int> all(size);
   for (int r = 0; r < size; ++r) all[r] = r;
   wait_ranks(store, "host", all, rank, size, timeout);
   std::vector<std::string> hosts;
   for (int r = 0; r < size; ++r) hosts.push_back(to_string(store->get(rank_key("host", r))));
-  bool one_host = true;
-  for (const auto& h : hosts) one_host = one_host && h == hosts[0];
-  if (one_host) return;
-  // Every rank is about to raise and may exit, and the store may live in one of them (rank 0's
-  // TCPStore): wait until every rank has read the host names, so none is left with "connection
-  // reset" instead of this message. Errors here only mean a peer has already gone; ignore them.
-  store->set(rank_key("hosts-read", rank), to_bytes("1"));
-  try {
-    wait_ranks(store, "hosts-read", all, rank, size, timeout);
-  } catch (const std::exception&) {
-  }
-  std::ostringstream msg;
-  msg << "mockccl connects the ranks of one host through shared memory, but this group spans "
-         "several hosts:";
-  for (int r = 0; r < size; ++r) msg << " rank " << r << " on '" << hosts[r] << "'" << (r + 1 < size ? "," : "");
-  msg << ". Use a multi-host backend (e.g. gloo) for this group.";
-  C10_THROW_ERROR(DistBackendError, msg.str());
+  return hosts;
 }
 
 // A created-or-opened segment; unlinks (creator) and unmaps on failure paths.
@@ -207,49 +197,78 @@ void register_rank(Segment& seg, int rank, int size) {
   state->pid.store(getpid(), std::memory_order_release);
 }
 
-std::unique_ptr<ShmTransport> connect(const c10::intrusive_ptr<::c10d::Store>& store, int rank,
-                                      int size, std::chrono::milliseconds timeout) {
-  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mockccl: invalid rank ", rank,
-              " for a group of ", size);
-  check_one_host(store, rank, size, timeout);
+// The shared-memory group of `ranks` (the group's ranks on this host, ascending; `rank` is one
+// of them). Its first rank creates the segment.
+std::unique_ptr<ShmTransport> connect_host(const c10::intrusive_ptr<::c10d::Store>& store,
+                                           const std::vector<int>& ranks, int rank, int size,
+                                           std::chrono::milliseconds timeout,
+                                           accelkit::Runtime* runtime) {
+  const int local_size = static_cast<int>(ranks.size());
+  const int local_rank = static_cast<int>(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+  const std::string key = "mockccl/segment/" + std::to_string(ranks[0]);
   Segment seg;
-  if (rank == 0) {
+  if (local_rank == 0) {
     const size_t chunk = collective_chunk();
-    const size_t p2p_chunk = pair_chunk(size);
+    const size_t p2p_chunk = pair_chunk(local_size);
     const uint64_t nonce = (static_cast<uint64_t>(std::random_device{}()) << 32) |
                            std::random_device{}();
-    create(seg, chunk, p2p_chunk, size, nonce);
-    register_rank(seg, rank, size);
-    store->set("mockccl/segment", to_bytes(seg.name + " " + std::to_string(nonce)));
-    std::vector<int> others;
-    for (int r = 1; r < size; ++r) others.push_back(r);
+    create(seg, chunk, p2p_chunk, local_size, nonce);
+    register_rank(seg, local_rank, local_size);
+    store->set(key, to_bytes(seg.name + " " + std::to_string(nonce)));
+    std::vector<int> others(ranks.begin() + 1, ranks.end());
     if (!others.empty()) wait_ranks(store, "mapped", others, rank, size, timeout);
     seg.unlink();
   } else {
     try {
-      store->wait({"mockccl/segment"}, timeout);
+      store->wait({key}, timeout);
     } catch (const c10::Error&) {
       C10_THROW_ERROR(DistBackendError,
                       "mockccl: connecting a group of " + std::to_string(size) + " ranks timed out "
                       "after " + std::to_string(timeout.count()) + " ms on rank " +
-                      std::to_string(rank) + ": rank 0 did not create the group's segment");
+                      std::to_string(rank) + ": rank " + std::to_string(ranks[0]) +
+                      " did not create its host's segment");
     }
-    std::istringstream published(to_string(store->get("mockccl/segment")));
+    std::istringstream published(to_string(store->get(key)));
     uint64_t nonce = 0;
     published >> seg.name >> nonce;
-    open_existing(seg, size, nonce);
-    register_rank(seg, rank, size);
+    open_existing(seg, local_size, nonce);
+    register_rank(seg, local_rank, local_size);
     store->set(rank_key("mapped", rank), to_bytes("1"));
   }
   const auto* ctl = reinterpret_cast<const Control*>(seg.base);
-  return std::make_unique<ShmTransport>(rank, size, seg.release(), ctl->chunk, ctl->p2p_chunk,
-                                        accelkit::c10d::device_runtime());
+  return std::make_unique<ShmTransport>(local_rank, local_size, seg.release(), ctl->chunk,
+                                        ctl->p2p_chunk, runtime, ranks);
+}
+
+// A group on one host is one shared-memory group; a group that spans hosts is a shared-memory
+// group per host joined over TCP (mockccl_hosts.h).
+std::unique_ptr<accelkit::c10d::Transport> connect(const c10::intrusive_ptr<::c10d::Store>& store,
+                                                   int rank, int size,
+                                                   std::chrono::milliseconds timeout) {
+  TORCH_CHECK(size >= 1 && rank >= 0 && rank < size, "mockccl: invalid rank ", rank,
+              " for a group of ", size);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::vector<std::string> hosts = hosts_of(store, rank, size, timeout);
+  std::vector<int> mine;
+  for (int r = 0; r < size; ++r)
+    if (hosts[r] == hosts[rank]) mine.push_back(r);
+  if (static_cast<int>(mine.size()) == size) {
+    return connect_host(store, mine, rank, size, timeout, accelkit::c10d::device_runtime());
+  }
+  auto local = connect_host(store, mine, rank, size, timeout, nullptr);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  auto net = std::make_unique<Net>(store, rank, size, hosts,
+                                   std::max(left, std::chrono::milliseconds(1)));
+  return std::make_unique<HostsTransport>(rank, hosts, std::move(local), std::move(net),
+                                          accelkit::c10d::device_runtime());
 }
 
 }  // namespace mockccl
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.doc() = "mockccl: the mock device's collective library (shared memory, one host)";
+  m.doc() = "mockccl: the mock device's collective library (shared memory within a host, TCP "
+            "between hosts)";
   m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mockccl::kSegmentPrefix;
   m.def("segment_bytes", [](int size) {
     TORCH_CHECK(size >= 1, "mockccl: a group has at least one rank, got ", size);

@@ -271,8 +271,8 @@ int64_t ShmTransport::check_alltoall_counts(const CallInfo& call, int par, int64
       const int64_t expected = counts(par, 1, j)[i];
       if (sent != expected) {
         std::ostringstream msg;
-        msg << "mockccl: " << describe(call) << " split sizes disagree: rank " << i << " sends "
-            << sent << " elements to rank " << j << ", which expects " << expected;
+        msg << "mockccl: " << describe(call) << " split sizes disagree: rank " << name(i)
+            << " sends " << sent << " elements to rank " << name(j) << ", which expects " << expected;
         C10_THROW_ERROR(DistBackendError, msg.str());
       }
       most = std::max(most, sent);

@@ -159,8 +159,8 @@ void ShmTransport::check_size(const CallInfo& call, int peer, int tag, int64_t s
   const int64_t expected = call.count * static_cast<int64_t>(c10::elementSize(call.dtype));
   if (sent == expected) return;
   std::ostringstream msg;
-  msg << "mockccl: recv on rank " << rank_ << " expected " << expected << " bytes with tag "
-      << tag << " from rank " << peer << ", but rank " << peer << " sent " << sent
+  msg << "mockccl: recv on rank " << name(rank_) << " expected " << expected << " bytes with tag "
+      << tag << " from rank " << name(peer) << ", but rank " << name(peer) << " sent " << sent
       << " bytes with that tag (a send and the recv that takes it must match in size)";
   C10_THROW_ERROR(DistBackendError, msg.str());
 }

@@ -125,9 +125,11 @@ class ShmTransport : public accelkit::c10d::Transport {
  public:
   // `base` maps the group's segment of Layout(size, chunk, p2p_chunk).total bytes (already
   // unlinked from /dev/shm); the transport unmaps it when destroyed. `runtime` is the device's
-  // (for discrete memory; nullptr: buffers are host memory).
+  // (for discrete memory; nullptr: buffers are host memory). `names`: the rank each of this
+  // group's ranks is in messages (the ranks of the whole group when this one is the part of a
+  // group on one host, mockccl_hosts.h); empty: their own.
   ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk,
-               accelkit::Runtime* runtime);
+               accelkit::Runtime* runtime, std::vector<int> names = {});
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }
@@ -135,6 +137,19 @@ class ShmTransport : public accelkit::c10d::Transport {
 
   void shutdown() override {}
   void abort(const std::string& reason) override;
+  // This rank or another aborted the group, or a call failed (deadline, dead peer): every later
+  // call raises. A mismatch (a collective or its sizes differ between ranks) is not a failure:
+  // it raises on every rank before any data moves, and the group stays usable.
+  bool failed() const {
+    return aborted_ || ctl_->aborted_by.load(std::memory_order_acquire) != 0;
+  }
+  // Every rank's header of the current collective (valid once its first barrier passed).
+  std::vector<Header> headers() const {
+    std::vector<Header> all;
+    for (int r = 0; r < size_; ++r) all.push_back(header(static_cast<int>(calls_ & 1), r));
+    return all;
+  }
+  static std::string describe(const Header& h);
 
   void barrier(const CallInfo& call) override;
   void broadcast(const CallInfo& call, void* device_buf) override;
@@ -264,8 +279,9 @@ class ShmTransport : public accelkit::c10d::Transport {
   }
 
   static std::string describe(const CallInfo& call);
-  static std::string describe(const Header& h);
   static std::string join(const std::vector<int>& v);
+  int name(int r) const { return names_[r]; }
+  std::vector<int> names(const std::vector<int>& ranks) const;
 
   static constexpr size_t kDirectReduceBytes = 32 * 1024;
   // Waiting: a few pauses, then many yields before sleeping. With more ranks than cores (4
@@ -291,6 +307,7 @@ class ShmTransport : public accelkit::c10d::Transport {
   std::string broken_;  // the first failure; every later call raises it
   std::atomic<bool> aborted_{false};  // abort() was called on this rank
   accelkit::Runtime* const runtime_;   // the device's, for discrete memory (nullptr: none)
+  std::vector<int> names_;             // rank -> the rank it is in messages
   // Per sending peer: the claim on its mailbox and its kept messages, held while a receive
   // looks at them or takes a message, so a message is taken by exactly one receive.
   std::unique_ptr<std::mutex[]> recv_claims_{new std::mutex[size_]};

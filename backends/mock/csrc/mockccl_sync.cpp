@@ -40,7 +40,7 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
 }
 
 ShmTransport::ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk,
-                           accelkit::Runtime* runtime)
+                           accelkit::Runtime* runtime, std::vector<int> names)
     : rank_(rank),
       size_(size),
       base_(base),
@@ -48,7 +48,12 @@ ShmTransport::ShmTransport(int rank, int size, char* base, size_t chunk, size_t 
       p2p_chunk_(p2p_chunk),
       layout_(size, chunk, p2p_chunk),
       ctl_(reinterpret_cast<Control*>(base)),
-      runtime_(runtime) {}
+      runtime_(runtime),
+      names_(std::move(names)) {
+  if (names_.empty()) {
+    for (int r = 0; r < size; ++r) names_.push_back(r);
+  }
+}
 
 ShmTransport::~ShmTransport() { munmap(base_, layout_.total); }
 
@@ -111,7 +116,8 @@ void ShmTransport::timed_out(const CallInfo& call, const std::vector<int>& late,
                              const char* action) {
   std::ostringstream msg;
   msg << "mockccl: " << describe(call) << " timed out after " << call.timeout.count()
-      << " ms on rank " << rank_ << ": rank" << (late.size() == 1 ? " " : "s ") << join(late)
+      << " ms on rank " << name(rank_) << ": rank" << (late.size() == 1 ? " " : "s ")
+      << join(names(late))
       << " did not " << action
       << " (a rank skipped the call, or is stuck or slow); the group is unusable";
   fail(msg.str());
@@ -122,8 +128,8 @@ void ShmTransport::check_alive(const CallInfo& call, const std::vector<int>& ran
     const int pid = state(r).pid.load(std::memory_order_acquire);
     if (pid == 0) continue;  // not connected yet
     if (process_start_time(pid) != state(r).start_time) {
-      fail("mockccl: " + describe(call) + " failed on rank " + std::to_string(rank_) + ": rank " +
-           std::to_string(r) + " (pid " + std::to_string(pid) +
+      fail("mockccl: " + describe(call) + " failed on rank " + std::to_string(name(rank_)) +
+           ": rank " + std::to_string(name(r)) + " (pid " + std::to_string(pid) +
            ") exited; the group is unusable");
     }
   }
@@ -139,11 +145,12 @@ void ShmTransport::check_aborted(const CallInfo& call) {
       msg = broken_;
     }
     C10_THROW_ERROR(DistBackendError, "mockccl: " + describe(call) + " on rank " +
-                                          std::to_string(rank_) + " aborted: " + msg);
+                                          std::to_string(name(rank_)) + " aborted: " + msg);
   }
   std::string why(ctl_->reason, strnlen(ctl_->reason, sizeof(ctl_->reason)));
-  std::string msg = "mockccl: " + describe(call) + " aborted on rank " + std::to_string(rank_) +
-                    ": rank " + std::to_string(by - 1) + " aborted the group: " + why;
+  std::string msg = "mockccl: " + describe(call) + " aborted on rank " +
+                    std::to_string(name(rank_)) + ": rank " + std::to_string(name(by - 1)) +
+                    " aborted the group: " + why;
   set_broken(msg);
   C10_THROW_ERROR(DistBackendError, msg);
 }
@@ -188,9 +195,11 @@ void ShmTransport::check_headers(const CallInfo& call) {
   }
   if (same) return;
   std::ostringstream msg;
-  msg << "mockccl: collective mismatch at seq " << call.seq << " (detected on rank " << rank_
+  msg << "mockccl: collective mismatch at seq " << call.seq << " (detected on rank " << name(rank_)
       << "); every rank must issue the same collectives in the same order:";
-  for (int r = 0; r < size_; ++r) msg << "\n  rank " << r << ": " << describe(header(par, r));
+  for (int r = 0; r < size_; ++r) {
+    msg << "\n  rank " << name(r) << ": " << describe(header(par, r));
+  }
   C10_THROW_ERROR(DistBackendError, msg.str());
 }
 
@@ -208,6 +217,12 @@ std::string ShmTransport::describe(const Header& h) {
   if (h.op >= 0) s << ", op " << accelkit::c10d::redop_name(static_cast<RedOp>(h.op));
   if (h.root >= 0) s << ", root " << h.root;
   return s.str();
+}
+
+std::vector<int> ShmTransport::names(const std::vector<int>& ranks) const {
+  std::vector<int> out;
+  for (int r : ranks) out.push_back(name(r));
+  return out;
 }
 
 std::string ShmTransport::join(const std::vector<int>& v) {
