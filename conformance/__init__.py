@@ -23,7 +23,9 @@ The engine, one module per job:
   :mod:`~accelkit.conformance.compare`: two or more reports side by side;
 - entry points: :mod:`~accelkit.conformance.cli` (``accelkit conformance``),
   :mod:`~accelkit.conformance.pytest_plugin` (``pytest --accelkit-backend``),
-  :mod:`~accelkit.conformance.torchrun` (``torchrun -m accelkit.conformance``).
+  :mod:`~accelkit.conformance.torchrun` (``torchrun -m accelkit.conformance``);
+- :mod:`~accelkit.conformance.hosts`: simulated hosts on one machine (Linux namespaces), for
+  proving a launch across hosts (``tests/test_two_hosts.py``).
 """
 
 from accelkit.conformance.api import CHECKS, CheckContext, CheckDef, Defaults, Skip, check

@@ -77,7 +77,10 @@ class RunReport:
     error: str | None = None    # why no check could run at all (the checks did not import)
     left_out: list[LeftOut] = field(default_factory=list)  # not written for --world-size
     mode: str = "pool"          # "pool" (accelkit conformance), "pytest" or "torchrun"
-    host: str = field(default_factory=platform.node)
+    host: str = field(default_factory=platform.node)  # the machine rank 0 (the engine) ran on
+    #: The hosts of a launch's ranks, hostname -> ranks (torchrun mode: each rank publishes its
+    #: own); empty: every rank ran on ``host`` (pool and pytest modes). See :meth:`rank_hosts`.
+    hosts: dict[str, list[int]] = field(default_factory=dict)
 
     @classmethod
     def start(cls, spec: BackendSpec, options: Options, **fields) -> RunReport:
@@ -89,6 +92,16 @@ class RunReport:
     def world_sizes(self) -> list[int]:
         """The world sizes checks ran at on real processes."""
         return sorted({r.world_size for r in self.results if not r.simulated})
+
+    def rank_hosts(self) -> dict[str, list[int]]:
+        """Every host the run's ranks ran on, with its ranks (sorted; hosts by their first
+        rank): the launch's hosts, or ``host`` with every rank of the largest world size a
+        check ran at on real processes (none when no check ran)."""
+        if self.hosts:
+            return dict(sorted(((h, sorted(r)) for h, r in self.hosts.items()),
+                               key=lambda item: (min(item[1], default=0), item[0])))
+        ran = [r.world_size for r in self.results if r.ranks and not r.simulated]
+        return {self.host: list(range(max(ran, default=0)))}
 
     @property
     def simulated_world_sizes(self) -> list[int]:

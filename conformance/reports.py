@@ -15,7 +15,9 @@ collective backend, process-group backend string, capabilities, origin), ``versi
 (accelkit, torch, torch_build — ``CPU``, ``CUDA 13.0``... —, python, the backend's
 distribution and its version), ``settings`` (the
 backend's settings and modes, ``BackendSpec.settings``), ``device`` (as rank 0 saw it),
-``host``, ``started``, ``duration_s``, ``world_sizes``, ``options`` (areas, patterns, world
+``host`` (the machine rank 0 ran on), ``hosts`` (every host the ranks ran on, hostname -> its
+ranks: a torchrun launch's hosts, each as its ranks saw their own; in pool and pytest modes one
+host with every rank of the largest world size that ran), ``started``, ``duration_s``, ``world_sizes``, ``options`` (areas, patterns, world
 sizes, timeout, strict, extra modules, builtin, memory limit), ``expectations`` (file used),
 ``unavailable`` (reason or null), ``aborted`` (why the run stopped early, or null), ``error``
 (why no check could run, with the whole exception, or null), ``left_out`` (checks not
@@ -70,6 +72,28 @@ def left_out_text(report: RunReport) -> str:
     return f"{len(report.left_out)} check(s) not written for world size {sizes}, not run: {named}"
 
 
+def ranks_text(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` -> ``"ranks 0-2, 5"``; ``[3]`` -> ``"rank 3"``."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(parts)
+
+
+def hosts_text(report: RunReport, quote: str = "") -> str:
+    """The hosts of the run, each with its ranks: ``"a (ranks 0-1), b (ranks 2-3)"``; one
+    host: its name alone. ``quote`` surrounds each name (a backtick in Markdown)."""
+    hosts = report.rank_hosts()
+    if len(hosts) == 1:
+        return f"{quote}{next(iter(hosts))}{quote}"
+    return ", ".join(f"{quote}{name}{quote} ({ranks_text(ranks)})"
+                     for name, ranks in hosts.items())
+
+
 def versions_text(report: RunReport) -> str:
     v = report.versions
     dist = v.get("backend_distribution")
@@ -108,6 +132,7 @@ def to_json(report: RunReport) -> dict:
         "settings": report.settings,
         "device": report.device,
         "host": report.host,
+        "hosts": report.rank_hosts(),
         "started": report.started,
         "duration_s": report.duration_s,
         "world_sizes": report.world_sizes,
@@ -176,7 +201,8 @@ def _junit_case(suite: ET.Element, r: CheckResult, strict: bool) -> None:
 
 def _suite_properties(suite: ET.Element, report: RunReport) -> None:
     props = ET.SubElement(suite, "properties")
-    values = {"backend": report.spec.name, "versions": versions_text(report)}
+    values = {"backend": report.spec.name, "versions": versions_text(report),
+              "hosts": hosts_text(report)}
     values.update({f"setting.{k}": v for k, v in report.settings.items()})
     if report.left_out:
         values["left_out"] = left_out_text(report)
@@ -240,6 +266,8 @@ def to_markdown(report: RunReport) -> str:
              f"| collectives | `{spec.process_group_backend}` |",
              f"| RNG class | `{spec.capabilities.rng}` |",
              f"| versions | {versions_text(report)} |",
+             f"| {'hosts' if len(report.rank_hosts()) > 1 else 'host'} | "
+             f"{hosts_text(report, quote='`')} |",
              f"| world sizes | {', '.join(map(str, report.world_sizes)) or '-'} |",
              f"| simulated world sizes | {', '.join(map(str, report.simulated_world_sizes)) or '-'}"
              " (one process, torch's fake process group) |",

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.outcomes import ORDER, CheckResult, Outcome
-from accelkit.conformance.reports import left_out_text, versions_text
+from accelkit.conformance.reports import hosts_text, left_out_text, versions_text
 
 #: Outcomes listed after the summary table, worst first.
 NOT_PASSING = (Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR, Outcome.FAIL, Outcome.XPASS,
@@ -60,6 +60,8 @@ def summary(report: RunReport) -> str:
     spec = report.spec
     lines = [f"accelkit conformance: backend {spec.name} (device {spec.device_type}, "
              f"{spec.process_group_backend}); {versions_text(report)}"]
+    if len(report.rank_hosts()) > 1:
+        lines.append(f"{len(report.rank_hosts())} hosts: {hosts_text(report)}")
     if report.settings:
         lines.append("settings: " + ", ".join(f"{k}={v}" for k, v in report.settings.items()))
     lines.append("")

@@ -8,7 +8,8 @@ for the launch's world size run at it; the others are SKIPped with the reason. R
 run (:func:`~accelkit.conformance.plan.make_plan`), publishes each step's decision through the
 launch's store (so every rank agrees), collects the per-rank results through the store (as
 JSON), merges them with the same logic as the pool engine and, at the end, prints the
-summary and writes the reports.
+summary and writes the reports. At startup every rank publishes its hostname through the store,
+so the report names each host of the launch with its ranks.
 
 What cannot be recovered here: a hung rank or a dead one. Rank 0 arms a watchdog for each
 check's budget: when it fires (and some rank has not answered), the check is reported TIMEOUT
@@ -25,6 +26,7 @@ import dataclasses
 import datetime
 import json
 import os
+import platform
 import signal
 import sys
 import threading
@@ -50,6 +52,21 @@ def _encode(result: RankResult) -> bytes:
 
 def _decode(data: bytes) -> RankResult:
     return RankResult(**json.loads(data))
+
+
+def _publish_host(store, rank: int) -> None:
+    """Every rank, at startup: the host it runs on, for rank 0's report (JSON)."""
+    store.set(f"host/rank{rank}", json.dumps({"host": platform.node()}))
+
+
+def _launch_hosts(store, world_size: int) -> dict[str, list[int]]:
+    """Rank 0: every rank's host (:func:`_publish_host`), hostname -> ranks."""
+    keys = [f"host/rank{r}" for r in range(world_size)]
+    store.wait(keys, datetime.timedelta(seconds=120))
+    hosts: dict[str, list[int]] = {}
+    for rank, key in enumerate(keys):
+        hosts.setdefault(str(json.loads(store.get(key))["host"]), []).append(rank)
+    return hosts
 
 
 def _env_int(name: str) -> int:
@@ -253,6 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     runner.remaining = list(plan.steps)
     if rank == 0:
         threading.Thread(target=runner.watch_sigterm, daemon=True, name="sigterm").start()
+    _publish_host(store, rank)
+    if rank == 0:
+        runner.report.hosts = _launch_hosts(store, ranks["world_size"])
     from accelkit.conformance.worker import device_info
 
     runner.report.device = device_info(spec)

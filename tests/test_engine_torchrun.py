@@ -5,6 +5,7 @@ dead rank stops the launch with a report and a non-zero exit."""
 from __future__ import annotations
 
 import json
+import platform
 import shutil
 import sys
 from pathlib import Path
@@ -62,6 +63,9 @@ def test_checks_for_another_world_size_are_skipped(tmp_path):
     assert checks["fixture.all_reduce"]["reason"].startswith(
         "written for 4 ranks; this launch has 2")
     assert report["aborted"] is None
+    # every rank published its host through the store: both on this machine
+    assert report["hosts"] == {platform.node(): [0, 1]}
+    assert report["host"] == platform.node()
 
 
 def test_catalogue_checks_written_for_the_launch_size_run_at_it(tmp_path):
@@ -97,6 +101,10 @@ class _Store:
 
     def check(self, keys) -> bool:
         return all(k in self.data for k in keys)
+
+    def wait(self, keys, timeout=None) -> None:
+        missing = [k for k in keys if k not in self.data]
+        assert not missing, f"would wait for {missing}"
 
 
 def _launch_runner(monkeypatch):
@@ -137,6 +145,19 @@ def test_rank_results_travel_through_the_store_as_json_not_pickle():
     assert torchrun._decode(data) == result
     with pytest.raises(ValueError):
         torchrun._decode(pickle.dumps(result))
+
+
+def test_each_rank_publishes_its_host_and_rank_0_maps_hosts_to_ranks(monkeypatch):
+    """Each rank writes its hostname to the launch's store (JSON) at startup; rank 0 reads
+    them all into hostname -> ranks, the report's ``hosts``."""
+    from accelkit.conformance import torchrun
+
+    store = _Store()
+    for rank, host in enumerate(["node-a", "node-a", "node-b", "node-b"]):
+        monkeypatch.setattr(platform, "node", lambda host=host: host)
+        torchrun._publish_host(store, rank)
+    assert json.loads(store.get("host/rank2")) == {"host": "node-b"}
+    assert torchrun._launch_hosts(store, 4) == {"node-a": [0, 1], "node-b": [2, 3]}
 
 
 def test_watchdog_firing_after_every_rank_answered_does_not_abort(monkeypatch):

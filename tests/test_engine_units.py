@@ -219,6 +219,29 @@ def test_report_md_opens_with_what_did_not_pass():
         "failed.\n")
 
 
+def test_reports_name_every_host_with_its_ranks():
+    """A launch over two hosts: report.json maps each hostname to its ranks, report.md, the
+    JUnit properties and the terminal summary name both with their ranks. One host (pool
+    mode): report.json gives it every rank of the largest world size that ran, the others name
+    it alone and the summary has no hosts line."""
+    report = _report(host="node-a", hosts={"node-b": [3, 2], "node-a": [0, 1]})
+    data = reports.to_json(report)
+    assert data["host"] == "node-a"
+    assert list(data["hosts"].items()) == [("node-a", [0, 1]), ("node-b", [2, 3])]
+    assert "| hosts | `node-a` (ranks 0-1), `node-b` (ranks 2-3) |" in reports.to_markdown(report)
+    assert "\n2 hosts: node-a (ranks 0-1), node-b (ranks 2-3)\n" in terminal.summary(report)
+    props = {p.attrib["name"]: p.attrib["value"]
+             for p in reports.to_junit(report).getroot().iter("property")}
+    assert props["hosts"] == "node-a (ranks 0-1), node-b (ranks 2-3)"
+
+    pool = _report(host="node-a")
+    assert reports.to_json(pool)["hosts"] == {"node-a": [0, 1, 2, 3]}
+    assert "| host | `node-a` |" in reports.to_markdown(pool)
+    assert "hosts" not in terminal.summary(pool)
+    assert reports.ranks_text([5, 0, 1, 2, 7, 8]) == "ranks 0-2, 5, 7-8"
+    assert reports.ranks_text([3]) == "rank 3"
+
+
 def test_summary_for_unavailable_backend():
     report = _report(unavailable="no CUDA device (torch.cuda.is_available() is False)")
     text = terminal.summary(report)

@@ -147,8 +147,12 @@ def registration(ctx):
 
     if ctx.device_type != "cpu":  # torch's CpuInterface has no device_count
         interface = get_interface_for_device(ctx.device_type)
-        assert interface.device_count() >= ctx.world_size, (
-            f"{status.interface}.device_count() is {interface.device_count()}")
+        # this host's devices, for this host's ranks (a launch across hosts has fewer on each
+        # host than it has ranks; torchrun and the pool set LOCAL_WORLD_SIZE)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+        assert interface.device_count() >= local, (
+            f"{status.interface}.device_count() is {interface.device_count()}, but this host "
+            f"runs {local} ranks, one per device")
         assert interface.current_device() == ctx.device.index, (
             f"{status.interface}.current_device() is {interface.current_device()}, "
             f"expected {ctx.device.index}")
