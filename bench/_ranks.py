@@ -1,6 +1,6 @@
 """What the multi-process benchmarks share: build the mock's extensions once, then run a
-script's ranks on one host (``<script> --rank R N PORT RESULT [args...]``) and read the JSON
-result rank 0 writes."""
+script's ranks (``<script> --rank R N PORT RESULT [args...]``) on this host or on simulated
+hosts, and read the JSON result rank 0 writes."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from pathlib import Path
 from accelkit.conformance.processes import exit_text, kill_group, spawn
 
 
+def build_extensions() -> None:
+    """Build the mock's extensions once here, not in every rank at the same time."""
+    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
+                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
+
+
 def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
     """The result of ``ranks`` processes of ``script`` (None, with the exit codes printed,
     when a rank failed)."""
-    # Build the extensions once here, not in every rank at the same time.
-    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
-                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
+    build_extensions()
     result.parent.mkdir(parents=True, exist_ok=True)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -33,6 +37,32 @@ def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
         codes = [p.wait() for p in procs]
     finally:  # a failed or interrupted run leaves no rank behind
         kill_group(procs[0].pid if procs else None, procs)
+    if any(codes):
+        print(f"rank exit {', '.join(exit_text(c) for c in codes)}", file=sys.stderr)
+        return None
+    return json.loads(result.read_text())
+
+
+def run_on_hosts(script: str, ranks: int, hosts: int, result: Path, *args: str) -> dict | None:
+    """As :func:`run_ranks`, with the ranks on ``hosts`` simulated hosts
+    (:class:`accelkit.conformance.hosts.Hosts`), in blocks: rank r on host r * hosts // ranks.
+    Each rank's arguments end with host 0's address (its MASTER_ADDR) and the hosts' interface
+    name. None, with the reason printed, when no hosts can be made here or a rank failed."""
+    from accelkit.conformance.hosts import IFNAME, Hosts, unavailable, worker_env
+
+    why = unavailable(hosts)
+    if why is not None:
+        print(f"cannot make {hosts} simulated hosts here: {why}", file=sys.stderr)
+        return None
+    build_extensions()
+    result.parent.mkdir(parents=True, exist_ok=True)
+    with Hosts(hosts) as made:
+        port = made.port()
+        procs = [made.popen(r * hosts // ranks,
+                            [sys.executable, script, "--rank", str(r), str(ranks), str(port),
+                             str(result), *args, made.address(0), IFNAME], env=worker_env())
+                 for r in range(ranks)]
+        codes = [p.wait() for p in procs]
     if any(codes):
         print(f"rank exit {', '.join(exit_text(c) for c in codes)}", file=sys.stderr)
         return None

@@ -10,7 +10,16 @@ definitions: all_reduce busbw = size/time * 2(n-1)/n, the others size/time * (n-
 machine's memcpy bandwidth measured in the same run, and the targets (all_reduce busbw >= 2x
 gloo's at >= 1 MiB, 8 B latency <= gloo's). Saves a PNG plot and the raw numbers as JSON.
 
+``--hosts 2``: the ranks on two simulated hosts (network namespaces joined by a veth pair,
+:mod:`accelkit.conformance.hosts`; needs root), ranks 0..n/2-1 on the first: all_reduce across
+hosts, mockccl (shared memory within a host, one TCP exchange between the hosts' leaders) vs
+gloo (a ring over TCP through every rank). Also counts the bytes that cross between the hosts
+(host 0's interface, both directions) per element reduced, and checks mockccl's bus bandwidth
+is at least gloo's from 1 MiB up. Results in ``collectives-hosts.{json,png}`` and the section
+of bench/README.md between its markers.
+
     python bench/collectives.py [--out bench/results] [--max-mib 256] [--ranks 4] [--rounds 5]
+                                [--hosts 2]
 """
 
 from __future__ import annotations
@@ -23,10 +32,13 @@ import sys
 import time
 from pathlib import Path
 
-from _ranks import run_ranks
+from _ranks import run_on_hosts, run_ranks
+from _results import environment, write_section
 
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter")
 MIB = 1 << 20
+#: Where the README section of the run across hosts goes.
+HOSTS_BEGIN, HOSTS_END = "<!-- collectives.py --hosts: begin -->", "<!-- collectives.py --hosts: end -->"
 
 
 def sizes(max_bytes: int, min_bytes: int = 8) -> list[int]:
@@ -88,10 +100,16 @@ def make_op(coll, nbytes, device, world):
     return op, elems * 4
 
 
-def time_rounds(ops: dict, nbytes: int, rounds: int) -> dict:
-    """Seconds per call of each op, per round. The backends alternate within every round, so
-    a burst of load from other jobs on the machine hits both; the slowest rank defines a
-    round's time."""
+def interface_bytes(ifname: str) -> int:
+    """Bytes sent plus received so far on this network namespace's interface `ifname`."""
+    stats = Path("/sys/class/net") / ifname / "statistics"
+    return int((stats / "tx_bytes").read_text()) + int((stats / "rx_bytes").read_text())
+
+
+def time_rounds(ops: dict, nbytes: int, rounds: int, ifname: str | None = None):
+    """Seconds per call of each op, per round, and (with `ifname`) the interface's bytes per
+    call, as this rank counts them. The backends alternate within every round, so a burst of
+    load from other jobs on the machine hits both; the slowest rank defines a round's time."""
     import torch
     import torch.distributed as dist
 
@@ -100,21 +118,26 @@ def time_rounds(ops: dict, nbytes: int, rounds: int) -> dict:
         for _ in range(warmup):
             op()
     seconds = {name: [] for name in ops}
+    wire = {name: [] for name in ops}
     for _ in range(rounds):
         for name, op in ops.items():
             dist.all_reduce(torch.ones(1))  # line the ranks up (through gloo)
+            before = interface_bytes(ifname) if ifname else 0
             t0 = time.perf_counter()
             for _ in range(timed):
                 op()
             t = torch.tensor([(time.perf_counter() - t0) / timed], dtype=torch.float64)
+            if ifname:
+                wire[name].append((interface_bytes(ifname) - before) / timed)
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             seconds[name].append(t.item())
-    return seconds
+    return seconds, wire
 
 
 def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int, min_bytes: int,
-              collectives: list[str], rounds: int) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+              collectives: list[str], rounds: int, master: str = "127.0.0.1",
+              ifname: str | None = None) -> None:
+    os.environ.update(MASTER_ADDR=master, MASTER_PORT=str(port))
     import accelkit.backends.mock  # noqa: F401
     import torch
     import torch.distributed as dist
@@ -128,12 +151,16 @@ def rank_main(rank: int, world: int, port: int, out: str, max_bytes: int, min_by
             ops, actual = {}, 0
             for backend, device in (("mockccl", torch.device("mock", rank)), ("gloo", "cpu")):
                 ops[backend], actual = make_op(coll, nbytes, device, world)
-            for backend, per_round in time_rounds(ops, nbytes, rounds).items():
+            timings, wire = time_rounds(ops, nbytes, rounds, ifname if rank == 0 else None)
+            for backend, per_round in timings.items():
                 seconds = statistics.median(per_round)
                 algbw = actual / seconds / 1e9
                 rows.append({"collective": coll, "bytes": actual, "backend": backend,
                              "seconds": seconds, "rounds_seconds": per_round,
                              "algbw_gbps": algbw, "busbw_gbps": algbw * bus_factor(coll, world)})
+                if wire[backend]:
+                    rows[-1]["interhost_bytes_per_element"] = \
+                        statistics.median(wire[backend]) / (actual // 4)
                 if rank == 0:
                     print(f"  {coll:15s} {human(actual):>8s} {backend}: {seconds * 1e6:12.1f} us "
                           f"(rounds {min(per_round) * 1e6:.1f}..{max(per_round) * 1e6:.1f})",
@@ -195,6 +222,48 @@ def report(data: dict) -> tuple[str, bool]:
     return "\n".join(lines), ok
 
 
+def report_hosts(data: dict) -> tuple[str, bool]:
+    """The README section of a run across hosts (markdown, between its markers) and whether
+    mockccl's all_reduce bus bandwidth is at least gloo's from 1 MiB up."""
+    rows = [r for r in data["rows"] if r["collective"] == "all_reduce"]
+    by = {(r["bytes"], r["backend"]): r for r in rows}
+    env = data["environment"]
+    lines = [HOSTS_BEGIN, "",
+             f"`python bench/collectives.py --hosts {data['hosts']} --collectives all_reduce`: "
+             f"{data['world']} ranks on {data['hosts']} simulated hosts (network namespaces "
+             "joined by a veth pair, `accelkit.conformance.hosts`), measured "
+             f"{env['date']} at {env['commit']} with torch {env['torch']} on {env['cpus']} "
+             f"CPUs (load average {env['load_before'][0]:.1f} before, "
+             f"{env['load_after'][0]:.1f} after); raw results in "
+             "`bench/results/collectives-hosts.json`. *Bytes across* are the bytes host 0's "
+             "interface sent and received per element reduced (fp32), as the kernel counts "
+             "them (TCP/IP headers included).", "",
+             "| size | mockccl | gloo | mockccl busbw | gloo busbw | ratio | bytes across, "
+             "mockccl | bytes across, gloo |", "|---|---|---|---|---|---|---|---|"]
+    ok, checked = True, 0
+    for nbytes in sorted({r["bytes"] for r in rows}):
+        m, g = by[(nbytes, "mockccl")], by[(nbytes, "gloo")]
+        ratio = m["busbw_gbps"] / g["busbw_gbps"]
+        if nbytes >= MIB:
+            ok, checked = ok and ratio >= 1.0, checked + 1
+        lines.append(f"| {human(nbytes)} | {fmt_time(m['seconds'])} | {fmt_time(g['seconds'])} "
+                     f"| {m['busbw_gbps']:.2f} GB/s | {g['busbw_gbps']:.2f} GB/s | "
+                     f"{ratio:.2f}x | {m['interhost_bytes_per_element']:.1f} | "
+                     f"{g['interhost_bytes_per_element']:.1f} |")
+    ok = ok and checked > 0
+    lines += ["", f"{'PASS' if ok else 'MISS'}  all_reduce across hosts: mockccl's bus bandwidth "
+              f">= gloo's at every size from 1 MiB up ({checked} sizes)", "",
+              "Where the time goes: mockccl reduces within each host through shared memory and "
+              "only the hosts' leaders exchange, each sending its host's partial sum once, so "
+              "an element crosses between the hosts once each way (8 bytes per fp32 element, "
+              "plus headers); gloo's ring runs over TCP between every pair of neighbours, and "
+              "each of its two links between the hosts (one each way) carries 2(n-1)/n of the "
+              "buffer (12 bytes per element at 4 ranks). The rest of mockccl's time is the "
+              "copies and reductions through shared memory on each host, where gloo also goes "
+              "through TCP.", "", HOSTS_END]
+    return "\n".join(lines), ok
+
+
 def fmt_time(s: float) -> str:
     if s < 1e-3:
         return f"{s * 1e6:.0f} µs"
@@ -238,13 +307,23 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=5,
                         help="timed rounds per size (mockccl and gloo alternate); median reported")
-    parser.add_argument("--collectives", default=",".join(COLLECTIVES),
-                        help="comma-separated subset of " + ",".join(COLLECTIVES))
+    parser.add_argument("--collectives", default=None,
+                        help="comma-separated subset of " + ",".join(COLLECTIVES) +
+                        " (default: all; all_reduce with --hosts)")
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="simulated hosts the ranks are spread over (network namespaces; "
+                        "needs root); 2 or more also writes the README's section across hosts")
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error(f"--rounds must be at least 1 (the median of the rounds is reported), "
                      f"got {args.rounds}")
+    if args.hosts < 1 or args.ranks % args.hosts:
+        parser.error(f"--hosts must be at least 1 and divide --ranks ({args.ranks}), got "
+                     f"{args.hosts}")
     start = time.monotonic()
+    if args.hosts > 1:
+        return main_hosts(args, start)
+    args.collectives = args.collectives or ",".join(COLLECTIVES)
     raw = args.out / "collectives.json"
     data = run_ranks(__file__, args.ranks, raw, str(args.max_mib * MIB), str(args.min_bytes),
                      args.collectives, str(args.rounds))
@@ -258,9 +337,28 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
+def main_hosts(args, start: float) -> int:
+    raw = args.out / "collectives-hosts.json"
+    env = environment()
+    data = run_on_hosts(__file__, args.ranks, args.hosts, raw, str(args.max_mib * MIB),
+                        str(args.min_bytes), args.collectives or "all_reduce", str(args.rounds))
+    if data is None:
+        return 2
+    data.update(hosts=args.hosts, environment={**env, "load_after": os.getloadavg()})
+    raw.write_text(json.dumps(data, indent=1))
+    section, ok = report_hosts(data)
+    print(section)
+    write_section(section, HOSTS_BEGIN, HOSTS_END, "mockccl across hosts")
+    plot(data, args.out / "collectives-hosts.png")
+    print(f"\n{args.ranks} ranks on {args.hosts} hosts, {time.monotonic() - start:.0f} s; "
+          f"numbers: {raw}; bench/README.md updated")
+    return 0 if ok else 1
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
         rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-                  int(sys.argv[6]), int(sys.argv[7]), sys.argv[8].split(","), int(sys.argv[9]))
+                  int(sys.argv[6]), int(sys.argv[7]), sys.argv[8].split(","), int(sys.argv[9]),
+                  *sys.argv[10:12])
     else:
         sys.exit(main())
