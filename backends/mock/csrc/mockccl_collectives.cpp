@@ -103,11 +103,8 @@ void ShmTransport::alltoall(const CallInfo& call, const void* in,
                             const std::vector<int64_t>& recv_offsets) {
   Staging stage(runtime_, call.device);
   const size_t es = c10::elementSize(call.dtype);
-  int64_t sent = 0, received = 0;
-  for (int p = 0; p < size_; ++p) {
-    sent = std::max(sent, send_offsets[p] + send_counts[p]);
-    received = std::max(received, recv_offsets[p] + recv_counts[p]);
-  }
+  const int64_t sent = extent(send_counts, send_offsets);
+  const int64_t received = extent(recv_counts, recv_offsets);
   const void* hin = stage.in(in, sent * es);
   alltoall_host(call, hin, send_counts, send_offsets, stage.out(out, received * es),
                 recv_counts, recv_offsets);

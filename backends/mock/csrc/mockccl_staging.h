@@ -1,13 +1,22 @@
 // mockccl: host copies of a discrete device's buffers for the transport (mockccl_shm.h).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
 #include <accelkit/runtime.h>
 
 namespace mockccl {
+
+// The elements an all-to-all buffer spans: the end of its furthest per-peer part.
+inline int64_t extent(const std::vector<int64_t>& counts, const std::vector<int64_t>& offsets) {
+  int64_t end = 0;
+  for (size_t p = 0; p < counts.size(); ++p) end = std::max(end, offsets[p] + counts[p]);
+  return end;
+}
 
 // Device buffers of a discrete device are not host memory: a collective works on host copies,
 // read through the runtime before it and written back after it (a real device's transport
