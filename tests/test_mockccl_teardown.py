@@ -5,7 +5,8 @@ neither crash nor hang; a recv(src) and a recv from any source on different thre
 the same message.
 
 One pool of 3 rank processes runs the scenario (``python tests/test_mockccl_teardown.py`` is the
-rank program; rank 2 is the one that never joins) and reports what each rank saw as JSON.
+rank program; rank 2 is the one that never joins) and reports what each rank saw as JSON; once
+with the ranks on one host, once across two (:data:`LAYOUTS`).
 """
 
 from __future__ import annotations
@@ -138,11 +139,20 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
     dist.destroy_process_group()
 
 
-@pytest.fixture(scope="module")
-def scenario(tmp_path_factory):
+#: The scenario's layouts: the host of each rank (None: all on this one). Across hosts, rank 0
+#: waits on rank 1's host over TCP, rank 1 on rank 2 through shared memory, and the receives
+#: race over TCP connections.
+LAYOUTS = {"one-host": None, "two-hosts": ("a", "b", "b")}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def scenario(request, tmp_path_factory):
     build_extensions()
     out = tmp_path_factory.mktemp("mockccl_teardown")
-    return spawn_ranks(__file__, WORLD, out, timeout=240)
+    hosts = LAYOUTS[request.param]
+    prefix = None if hosts is None else (
+        lambda rank: ["env", f"ACCELKIT_MOCKCCL_HOSTID={hosts[rank]}"])
+    return spawn_ranks(__file__, WORLD, out, timeout=240, prefix=prefix)
 
 
 def test_ranks_finish(scenario):
