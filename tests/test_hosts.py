@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -183,6 +185,7 @@ def _sleeping(marker: str) -> list[str]:
 
 _OWNER = """
 import sys
+import tempfile
 from accelkit.conformance.hosts import Hosts
 hosts = Hosts(2).__enter__()
 for i in range(2):
@@ -252,10 +255,20 @@ def test_errors_name_the_command_and_its_error():
 def test_unavailable_names_why_for_a_user_that_is_not_root():
     """As an unprivileged user, :func:`unavailable` says that root is needed (tests SKIP with
     it) instead of failing later."""
-    proc = subprocess.run(
-        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
-         "from accelkit.conformance.hosts import unavailable; print(unavailable())"],
-        capture_output=True, text=True, timeout=60, cwd="/")
+    # The module alone (it needs the standard library only), where that user can read it: the
+    # installed package may sit in a folder only root can enter (tox's .tox is 0700).
+    folder = Path(tempfile.mkdtemp(prefix="accelkit-hosts-module-"))
+    try:
+        folder.chmod(0o755)
+        shutil.copy(hosts_mod.__file__, folder / "hosts_module.py")
+        (folder / "hosts_module.py").chmod(0o644)
+        proc = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-I",
+             "-c", f"import sys; sys.path.insert(0, {str(folder)!r}); "
+             "from hosts_module import unavailable; print(unavailable())"],
+            capture_output=True, text=True, timeout=60, cwd="/")
+    finally:
+        shutil.rmtree(folder)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == ("simulated hosts need root (network, mount and PID "
                                    "namespaces); this process runs as uid 65534")
