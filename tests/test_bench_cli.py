@@ -27,3 +27,10 @@ def test_training_bench_refuses_bad_options_before_starting_ranks():
         proc = subprocess.run([sys.executable, str(TRAINING), *argv], capture_output=True, text=True,
                               timeout=60)
         assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr)
+
+
+def test_hosts_that_do_not_divide_the_ranks_are_refused_before_starting_ranks():
+    proc = subprocess.run([sys.executable, str(BENCH), "--hosts", "3"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "--hosts must be at least 1 and divide --ranks (4), got 3" in proc.stderr

@@ -249,6 +249,9 @@ def test_errors_name_the_command_and_its_error():
     assert "No such file or directory" in str(info.value)
     with pytest.raises(HostsError, match="inside their `with Hosts"):
         Hosts(2).popen(0, ["true"])
+    for n in (1, hosts_mod.MAX_HOSTS + 1):
+        with pytest.raises(ValueError, match=rf"Hosts\(n\): n must be 2\.\.253, not {n}"):
+            Hosts(n)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root, to run a process as another user")

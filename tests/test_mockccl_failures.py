@@ -301,9 +301,39 @@ def test_ranks_on_different_hosts_connect(tmp_path):
         assert r["sum"] == [6.0, 6.0], r
 
 
+def bad_interface_rank_main(rank: int, world_size: int, out_path: str) -> None:
+    """A group across two hosts whose ACCELKIT_MOCKCCL_SOCKET_IFNAME names no interface."""
+    import accelkit.backends.mock  # noqa: F401
+    import torch.distributed as dist
+
+    outcome = _outcome(lambda: dist.init_process_group(
+        "mock:mockccl,cpu:gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=20)))
+    Path(out_path).write_text(json.dumps({"init": outcome}))
+
+
+def test_a_bad_interface_is_refused_naming_the_setting(tmp_path):
+    """Across hosts, ACCELKIT_MOCKCCL_SOCKET_IFNAME naming no interface fails the group's
+    creation on every rank with the setting, the interfaces there are and what to set, at once
+    (not at the connect timeout)."""
+    build_extensions()
+    results, errs, codes = spawn_ranks(
+        __file__, 2, tmp_path, extra_args=["bad-interface"], timeout=60,
+        env={"ACCELKIT_MOCKCCL_SOCKET_IFNAME": "accelkit-no-such-if"},
+        prefix=lambda rank: ["env", f"ACCELKIT_MOCKCCL_HOSTID=host{rank}"])
+    assert codes == [0, 0], "\n".join(e[-2000:] for e in errs)
+    for r in results:
+        init = r["init"]
+        assert init["raised"] is not None, init
+        assert ("mockccl: ACCELKIT_MOCKCCL_SOCKET_IFNAME=accelkit-no-such-if names no interface "
+                "with an IPv4 address on this host (there are: lo 127.0.0.1") in init["message"], init
+        assert "set it to the interface the hosts reach each other on" in init["message"], init
+        assert init["seconds"] < 15, init
+
+
 if __name__ == "__main__":
-    main = {"hosts": host_rank_main, "eager": eager_rank_main}.get(sys.argv[4] if sys.argv[4:]
-                                                                    else "", rank_main)
+    main = {"hosts": host_rank_main, "eager": eager_rank_main,
+            "bad-interface": bad_interface_rank_main}.get(sys.argv[4] if sys.argv[4:] else "",
+                                                          rank_main)
     try:
         main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
     except Exception:

@@ -91,7 +91,7 @@ class HostsTransport : public accelkit::c10d::Transport {
   // with the other leaders' (to < 0) or sent to host `to`'s leader; the receiving leaders
   // place every rank's part at its rank in `out`.
   void collect(const CallInfo& call, const char* block, size_t part, char* out, int to);
-  // The result `buf` of `bytes` moves from this host's leader to `root` (a rank of this host).
+  // The result `buf` (`count` elements) moves from this host's leader to `root`, one of its ranks.
   void hand_over(const CallInfo& call, void* buf, int64_t count, int root);
   void allgather_host(const CallInfo& call, const void* in, void* out, size_t part);
   void check_usable(const CallInfo& call);
