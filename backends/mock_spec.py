@@ -107,6 +107,8 @@ SETTINGS_DEFAULTS = {
     "ACCELKIT_MOCK_FAULTS": "0",
     "ACCELKIT_MOCKCCL_CHUNK_BYTES": str(512 << 10),
     "ACCELKIT_MOCKCCL_P2P_BYTES": str(2 << 20),
+    # Per peer across hosts: bytes of messages kept for receives not posted yet (mockccl_net.h).
+    "ACCELKIT_MOCKCCL_KEPT_BYTES": str(1 << 30),
     # A group spanning hosts (mockccl_hosts.h): what tells hosts apart, and the interface
     # their TCP connections use ("": the one towards MASTER_ADDR, else the first that is up).
     "ACCELKIT_MOCKCCL_HOSTID": "hostname",

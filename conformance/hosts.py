@@ -10,7 +10,8 @@
   never touched;
 - its own hostname (``accelkit-host<i>``, :meth:`Hosts.hostname`; a UTS namespace), which every
   host resolves to its address (an ``/etc/hosts`` of the simulated hosts, bind-mounted over
-  the machine's in each host), as on a cluster;
+  the machine's in each host), as on a cluster (``name_on_loopback``: its own name on
+  127.0.1.1, as Debian's installer maps it);
 - its own ``/dev/shm`` (a tmpfs mounted in a private mount namespace), so shared-memory
   transports cannot reach across hosts;
 - its own PID namespace (and ``/proc``), whose PID 1 is the host's init: a ``sh`` started when
@@ -276,13 +277,18 @@ class Hosts:
             proc = hosts.popen(1, ["python", "-c", "import socket; print(socket.gethostname())"])
 
     ``stop_grace_s``: how long a process gets between SIGTERM and SIGKILL at cleanup.
+    ``name_on_loopback``: each host's ``/etc/hosts`` maps its own hostname to 127.0.1.1 first,
+    as Debian's installer writes it (so a host resolves its own name to loopback, and the
+    others to its address).
     """
 
-    def __init__(self, n: int, *, stop_grace_s: float = 5.0) -> None:
+    def __init__(self, n: int, *, stop_grace_s: float = 5.0,
+                 name_on_loopback: bool = False) -> None:
         if not 2 <= n <= MAX_HOSTS:
             raise ValueError(f"Hosts(n): n must be 2..{MAX_HOSTS}, not {n}")
         self.n = n
         self.stop_grace_s = stop_grace_s
+        self.name_on_loopback = name_on_loopback
         with _counter_lock:
             tag = f"{_PREFIX}-{os.getpid()}-{next(_counter)}"
         self._names = [f"{tag}-{i}" for i in range(n)]
@@ -351,7 +357,9 @@ class Hosts:
         # Not also as IPv4-mapped IPv6 addresses (how a dual-stack server, e.g. c10d's TCPStore,
         # sees its clients, and warns that it cannot name them): the hostnames would then
         # resolve to those first.
-        (self._dir / "hosts").write_text("\n".join(lines) + "\n")
+        for i in range(self.n):
+            own = [f"127.0.1.1 {self.hostname(i)}"] if self.name_on_loopback else []
+            (self._dir / f"hosts{i}").write_text("\n".join([*lines[:2], *own, *lines[2:]]) + "\n")
         for name in self._names:
             self._add_namespace(name)
         if self._switch is None:  # two hosts: one cable
@@ -378,7 +386,7 @@ class Hosts:
         It dies with the thread that entered the ``with`` block (``setpriv --pdeathsig``: its
         unshare, then ``--kill-child``)."""
         init = _INIT.format(hostname=shlex.quote(self.hostname(i)),
-                            hosts_file=shlex.quote(str(self._dir / "hosts")))
+                            hosts_file=shlex.quote(str(self._dir / f"hosts{i}")))
         argv = ["setpriv", "--pdeathsig", "KILL", "ip", "netns", "exec", self.namespace(i),
                 "unshare", "--mount", "--uts", "--pid", "--fork", "--kill-child", "--mount-proc",
                 "--propagation", "private", "sh", "-c", init, self.hostname(i)]
@@ -500,8 +508,10 @@ class Hosts:
 
 #: Variables a worker gets from this process's environment (and every ``ACCELKIT_*`` and
 #: ``TORCH_*``); nothing else leaks into the hosts (no MASTER_ADDR, RANK, interface names).
+#: The sanitizers' (a sanitizer run preloads its runtime in every process, tests/sanitize.py).
 PASSED_VARIABLES = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH",
-                    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CC", "CXX")
+                    "VIRTUAL_ENV", "LD_LIBRARY_PATH", "CC", "CXX", "LD_PRELOAD", "ASAN_OPTIONS",
+                    "UBSAN_OPTIONS", "TSAN_OPTIONS", "PYTHONMALLOC")
 
 
 def worker_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

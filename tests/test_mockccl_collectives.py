@@ -751,6 +751,13 @@ def spawn_ranks(script: str, world_size: int, out_dir: Path, extra_args=(), time
     return results, errs, codes
 
 
+def as_host(name: str) -> list[str]:
+    """The command prefix that runs a rank as if on host `name` of this machine
+    (ACCELKIT_MOCKCCL_HOSTID), its TCP on loopback: every rank runs here, and mockccl uses a
+    loopback address only when told to (it would name each host itself)."""
+    return ["env", f"ACCELKIT_MOCKCCL_HOSTID={name}", "ACCELKIT_MOCKCCL_SOCKET_IFNAME=lo"]
+
+
 def build_extensions() -> None:
     """Build the mock and mockccl extensions once, in a child process (importing the mock claims
     PrivateUse1 for the whole process), so the ranks do not all compile at the same time."""
@@ -770,7 +777,7 @@ def run_pool(world_size: int, tmp_path_factory, hosts=None):
     else:
         results, errs, codes = spawn_ranks(
             __file__, world_size, out, extra_args=[",".join(hosts)],
-            prefix=lambda rank: ["env", f"ACCELKIT_MOCKCCL_HOSTID={hosts[rank]}"])
+            prefix=lambda rank: as_host(hosts[rank]))
     return world_size, results, errs, codes
 
 

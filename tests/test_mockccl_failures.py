@@ -21,7 +21,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from test_mockccl_collectives import build_extensions, spawn_ranks
+from conftest import TIME_SCALE
+from test_mockccl_collectives import as_host, build_extensions, spawn_ranks
 
 WORLD = 3
 GROUP_TIMEOUT_S = 2.0
@@ -93,6 +94,38 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
     ok = torch.full((5,), float(rank), device=dev)
     dist.all_reduce(ok, group=mixed)
     seen["after_mismatch"] = ok.cpu().tolist()
+
+    # A receive of the wrong size raises naming both sizes, and the message stays for the
+    # receive of the right size: through shared memory and over TCP alike.
+    pair = dist.new_group([0, 1], timeout=timedelta(seconds=20))
+    if rank == 1:
+        dist.send(torch.arange(8.0, device=dev), dst=0, group=pair, tag=5)
+    if rank == 0:
+        seen["recv_wrong_size"] = _outcome(
+            lambda: dist.recv(torch.empty(4, device=dev), src=1, group=pair, tag=5))
+        right = torch.empty(8, device=dev)
+        seen["recv_right_size"] = _outcome(
+            lambda: [dist.recv(right, src=1, group=pair, tag=5), right.cpu().tolist()])
+
+    # A rank that leaves a group in order (destroys it): a receive from any source goes on with
+    # the others; a receive from it and a collective that needs it raise at once, naming it.
+    leaving = dist.new_group(timeout=timedelta(seconds=20))
+    dist.all_reduce(torch.ones(1, device=dev), group=leaving)
+    if rank == 2:
+        dist.destroy_process_group(leaving)
+    dist.barrier()
+    if rank == 1:
+        time.sleep(0.5)
+        dist.send(torch.full((3,), 7.0, device=dev), dst=0, group=leaving)
+    if rank == 0:
+        got = torch.empty(3, device=dev)
+        seen["recv_any_after_leave"] = _outcome(
+            lambda: [dist.recv(got, group=leaving), got.cpu().tolist()])
+        seen["recv_from_left"] = _outcome(
+            lambda: dist.recv(torch.empty(3, device=dev), src=2, group=leaving))
+    if rank != 2:
+        seen["collective_after_leave"] = _outcome(
+            lambda: dist.all_reduce(torch.ones(2, device=dev), group=leaving))
 
     # A peer that dies: the others fail fast (well within the 30 s timeout), naming it.
     doomed = dist.new_group(timeout=timedelta(seconds=30))
@@ -177,7 +210,7 @@ def scenario(request, tmp_path_factory):
     out = tmp_path_factory.mktemp("mockccl_failures")
     hosts = LAYOUTS[request.param]
     prefix = None if hosts is None else (
-        lambda rank: ["env", f"ACCELKIT_MOCKCCL_HOSTID={hosts[rank]}"])
+        lambda rank: as_host(hosts[rank]))
     results, errs, codes = spawn_ranks(__file__, WORLD, out, timeout=90, prefix=prefix)
     return results, errs, codes
 
@@ -204,7 +237,7 @@ def test_timeout_names_collective_seq_and_missing_rank(scenario):
         msg = seen["message"]
         assert "allreduce (seq 2) timed out after 2000 ms" in msg, msg
         assert "rank 2 did not join" in msg, msg
-        assert GROUP_TIMEOUT_S - 0.1 <= seen["seconds"] <= GROUP_TIMEOUT_S + 2.0, seen
+        assert GROUP_TIMEOUT_S - 0.1 <= seen["seconds"] <= GROUP_TIMEOUT_S + 2.0 * TIME_SCALE, seen
 
 
 def test_group_is_unusable_after_a_timeout_on_every_rank(scenario):
@@ -212,7 +245,7 @@ def test_group_is_unusable_after_a_timeout_on_every_rank(scenario):
     late = results[2]["late"]
     assert late["raised"] == "DistBackendError", late
     assert "aborted the group" in late["message"] and "timed out" in late["message"], late
-    assert late["seconds"] < 1.0, late
+    assert late["seconds"] < 1.0 * TIME_SCALE, late
     for rank in range(WORLD):
         after = results[rank]["after_timeout"]
         assert after["raised"] == "DistBackendError", after
@@ -265,7 +298,33 @@ def test_dead_peer_fails_fast_naming_it(scenario):
         seen = results[rank]["dead_peer"]
         assert seen["raised"] == "DistBackendError", seen
         assert f"rank 2 (pid {pid2}) exited" in seen["message"], seen
-        assert seen["seconds"] < 10, seen  # the group timeout is 30 s
+        assert seen["seconds"] < 10 * TIME_SCALE, seen  # the group timeout is 30 s
+
+
+def test_a_receive_of_the_wrong_size_leaves_the_message_for_the_right_one(scenario):
+    results, _, _ = scenario
+    wrong, right = results[0]["recv_wrong_size"], results[0]["recv_right_size"]
+    assert wrong["raised"] == "DistBackendError", wrong
+    assert "expected 16 bytes with tag 5 from rank 1, but rank 1 sent 32 bytes" in \
+        wrong["message"], wrong
+    assert right["raised"] is None and right["value"] == [1, list(map(float, range(8)))], right
+
+
+def test_a_rank_that_left_in_order_is_skipped_by_receives_from_any_source(scenario):
+    results, _, _ = scenario
+    any_source = results[0]["recv_any_after_leave"]
+    assert any_source["raised"] is None and any_source["value"] == [1, [7.0] * 3], any_source
+    from_left = results[0]["recv_from_left"]
+    assert from_left["raised"] == "DistBackendError", from_left
+    assert "rank 2" in from_left["message"] and "left the group (shut it down) with no " \
+        "message with tag 0 for this receive" in from_left["message"], from_left
+    assert from_left["seconds"] < 2 * TIME_SCALE, from_left  # the group's timeout is 20 s
+    for rank in (0, 1):
+        collective = results[rank]["collective_after_leave"]
+        assert collective["raised"] == "DistBackendError", (rank, collective)
+        assert "rank 2" in collective["message"] and "has left the group (shut it down) and " \
+            "cannot take part" in collective["message"], (rank, collective)
+        assert collective["seconds"] < 5 * TIME_SCALE, (rank, collective)
 
 
 def test_no_shared_memory_left_after_crash_and_timeouts(scenario):
@@ -301,6 +360,39 @@ def test_ranks_on_different_hosts_connect(tmp_path):
         assert r["sum"] == [6.0, 6.0], r
 
 
+def _hosts_unavailable() -> str | None:
+    from accelkit.conformance.hosts import unavailable
+
+    return unavailable()
+
+
+def test_a_host_whose_name_is_on_loopback_publishes_an_address_the_others_reach(tmp_path):
+    """As torchrun sets it, MASTER_ADDR is rank 0's hostname, which many installs map to
+    127.0.1.1 on that host: mockccl never publishes a loopback address for a group that spans
+    hosts (the other host would dial its own loopback), so the two ranks on two simulated hosts
+    whose names are on loopback connect and reduce right."""
+    if why := _hosts_unavailable():
+        pytest.skip(why)
+    from accelkit.conformance.hosts import Hosts, worker_env
+
+    build_extensions()
+    with Hosts(2, name_on_loopback=True) as hosts:
+        env = {"MASTER_ADDR": hosts.hostname(0), "MASTER_PORT": str(hosts.port()),
+               "TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+        resolved = hosts.run(0, ["getent", "hosts", hosts.hostname(0)]).stdout.split()[0]
+        procs = [hosts.popen(rank, [sys.executable, __file__, str(rank), "2",
+                                    str(tmp_path / f"rank{rank}.json"), "hosts"],
+                             env=worker_env(env), stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True)
+                 for rank in range(2)]
+        logs = [p.communicate(timeout=120)[0] for p in procs]
+    assert resolved == "127.0.1.1"
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(log[-2000:] for log in logs)
+    for rank in range(2):
+        seen = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert seen == {"host": f"accelkit-host{rank}", "sum": [3.0, 3.0]}, seen
+
+
 def bad_interface_rank_main(rank: int, world_size: int, out_path: str) -> None:
     """A group across two hosts whose ACCELKIT_MOCKCCL_SOCKET_IFNAME names no interface."""
     import accelkit.backends.mock  # noqa: F401
@@ -327,7 +419,7 @@ def test_a_bad_interface_is_refused_naming_the_setting(tmp_path):
         assert ("mockccl: ACCELKIT_MOCKCCL_SOCKET_IFNAME=accelkit-no-such-if names no interface "
                 "with an IPv4 address on this host (there are: lo 127.0.0.1") in init["message"], init
         assert "set it to the interface the hosts reach each other on" in init["message"], init
-        assert init["seconds"] < 15, init
+        assert init["seconds"] < 15 * TIME_SCALE, init
 
 
 if __name__ == "__main__":
@@ -341,18 +433,29 @@ if __name__ == "__main__":
         raise
 
 
-def test_bad_transport_sizes_are_refused_naming_the_setting():
-    """ACCELKIT_MOCKCCL_P2P_BYTES below a page, and a group of no ranks, are refused with what
-    to set (read where a group's segment is sized: mockccl's segment_bytes, as at connect)."""
+@pytest.mark.parametrize(("variable", "value"), [
+    ("ACCELKIT_MOCKCCL_P2P_BYTES", "100"),
+    ("ACCELKIT_MOCKCCL_P2P_BYTES", str(1 << 62)),
+    ("ACCELKIT_MOCKCCL_CHUNK_BYTES", str(1 << 62)),
+    ("ACCELKIT_MOCKCCL_CHUNK_BYTES", "-4096"),
+    ("ACCELKIT_MOCKCCL_KEPT_BYTES", str(1 << 40)),
+    ("ACCELKIT_MOCKCCL_KEPT_BYTES", "lots"),
+])
+def test_bad_transport_sizes_are_refused_naming_the_setting(variable, value):
+    """A size setting outside its range (below a page, or so large that the segment's
+    arithmetic would wrap and a small segment be mapped with slots past its end) is refused
+    with the setting and its range where a group's segment is sized (mockccl's segment_bytes,
+    as at connect), and a group of no ranks with what it needs."""
     script = ("from accelkit.backends.mock.mockccl import extension\n"
               "for n in (0, 4):\n"
               "    try:\n"
-              "        extension().segment_bytes(n)\n"
+              "        print(extension().segment_bytes(n))\n"
               "    except RuntimeError as e:\n"
               "        print(str(e).splitlines()[0])\n")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ACCELKIT_MOCKCCL_P2P_BYTES": "100"})
+                          env={**os.environ, variable: value})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    lines = proc.stdout.splitlines()
-    assert lines == ["mockccl: a group has at least one rank, got 0",
-                     "ACCELKIT_MOCKCCL_P2P_BYTES=100 must be a number of bytes >= 4096"], proc.stdout
+    high = {"ACCELKIT_MOCKCCL_KEPT_BYTES": 64 << 30}.get(variable, 1 << 30)
+    assert proc.stdout.splitlines() == [
+        "mockccl: a group has at least one rank, got 0",
+        f"{variable}={value} must be a number of bytes from 4096 to {high}"], proc.stdout

@@ -101,7 +101,7 @@ def test_directory_below_a_file(tmp_path, capsys):
     dest = blocker / "pkg"
     code, _, err = _new(capsys, "demo", "--dir", str(dest))
     assert code == 2
-    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 24 files " \
+    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 25 files " \
            f"were written to {dest}" in err
     assert blocker.read_text() == "x"
 
@@ -111,7 +111,7 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     code, out, err = _new(capsys, "demo")
     assert code == 0, err
     dest = tmp_path / "torch_demo"
-    assert f"created torch_demo in {dest} (24 files): device 'demo', collective backend " \
+    assert f"created torch_demo in {dest} (25 files): device 'demo', collective backend " \
            "'democcl'" in out
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == [
@@ -120,7 +120,7 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
         "csrc/democcl_collectives.cpp", "csrc/democcl_hosts.cpp", "csrc/democcl_hosts.h",
         "csrc/democcl_net.cpp", "csrc/democcl_net.h", "csrc/democcl_p2p.cpp",
         "csrc/democcl_reduce.h", "csrc/democcl_shm.h", "csrc/democcl_staging.h",
-        "csrc/democcl_sync.cpp",
+        "csrc/democcl_sync.cpp", "csrc/democcl_wire.h",
         "csrc/kernels/binary_ops.cpp",
         "pyproject.toml", "setup.py",
         "src/torch_demo/__init__.py", "src/torch_demo/conformance_expectations.toml",

@@ -1,5 +1,6 @@
 // Stress test of the mock's shared-memory transport (backends/mock/csrc/mockccl_shm.h and its
-// mockccl_*.cpp parts, compiled in; mockccl.cpp, the Python module, is not), with
+// mockccl_*.cpp parts, compiled in; mockccl.cpp, the Python module, and the network between
+// hosts are not), with
 // threads as ranks in one process so ThreadSanitizer sees every access: each rank maps the
 // group's segment on its own (as separate processes do), then
 //   rounds   allreduce / reduce_scatter / allgather of counts that straddle a small chunk
@@ -45,8 +46,9 @@ struct Group {
     for (int r = 0; r < n; ++r) {
       void* base = mmap(nullptr, layout.total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       if (base == MAP_FAILED) throw std::runtime_error("mmap");
-      ranks.push_back(std::make_unique<mockccl::ShmTransport>(r, n, static_cast<char*>(base),
-                                                              chunk, p2p_chunk, nullptr));
+      ranks.push_back(std::make_unique<mockccl::ShmTransport>(
+          r, n, static_cast<char*>(base), chunk, p2p_chunk, mockccl::Limits{1 << 30, 1 << 30},
+          nullptr));
     }
     close(fd);
   }

@@ -40,15 +40,22 @@ namespace mockccl {
 constexpr const char* kName = "mockccl";
 constexpr const char* kSegmentPrefix = "/accelkit_mockccl_";
 
-size_t env_size(const char* name, size_t fallback) {
+// A size setting: `fallback` when unset, else a number of bytes in [low, high], or an error
+// naming the setting and the range (a larger value would overflow the segment's arithmetic or
+// ask for more memory than any host has).
+size_t env_size(const char* name, size_t fallback, size_t low, size_t high) {
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return fallback;
   char* end = nullptr;
+  errno = 0;
   const unsigned long long parsed = std::strtoull(value, &end, 10);
-  TORCH_CHECK(end != value && *end == '\0' && parsed >= 4096, name, "=", value,
-              " must be a number of bytes >= 4096");
+  TORCH_CHECK(end != value && *end == '\0' && errno == 0 && value[0] != '-' && parsed >= low &&
+                  parsed <= high,
+              name, "=", value, " must be a number of bytes from ", low, " to ", high);
   return static_cast<size_t>(parsed);
 }
+
+constexpr size_t kGiB = size_t{1} << 30;
 
 // Point to point: every rank has an inbox of `inbox` bytes (ACCELKIT_MOCKCCL_P2P_BYTES), split
 // evenly among the group's senders, each pair's mailbox a whole number of cache lines. A group's
@@ -56,11 +63,26 @@ size_t env_size(const char* name, size_t fallback) {
 // would be quadratic: 1 GiB for 64 ranks at 256 KiB a pair). A smaller mailbox only means a
 // message crosses it in more chunks.
 size_t pair_chunk(int size) {
-  const size_t inbox = env_size("ACCELKIT_MOCKCCL_P2P_BYTES", 2 << 20);
+  const size_t inbox = env_size("ACCELKIT_MOCKCCL_P2P_BYTES", 2 << 20, 4096, kGiB);
   return std::max<size_t>(64, inbox / static_cast<size_t>(size) / 64 * 64);
 }
 
-size_t collective_chunk() { return env_size("ACCELKIT_MOCKCCL_CHUNK_BYTES", 512 << 10); }
+size_t collective_chunk() {
+  return env_size("ACCELKIT_MOCKCCL_CHUNK_BYTES", 512 << 10, 4096, kGiB);
+}
+
+// What a peer across hosts may make this rank take in (mockccl_net.h): messages no larger than
+// the largest receive it can post (a device's memory), and ACCELKIT_MOCKCCL_KEPT_BYTES of
+// messages per peer kept for receives not posted yet.
+Limits limits() {
+  uint64_t largest = 0;
+  if (accelkit::Runtime* runtime = accelkit::c10d::device_runtime()) {
+    for (int d = 0; d < runtime->device_count(); ++d) {
+      largest = std::max<uint64_t>(largest, runtime->capacity(d));
+    }
+  }
+  return {largest, env_size("ACCELKIT_MOCKCCL_KEPT_BYTES", kGiB, 4096, 64 * kGiB)};
+}
 
 std::string hostname() {
   char buf[256] = {0};
@@ -237,7 +259,7 @@ std::unique_ptr<ShmTransport> connect_host(const c10::intrusive_ptr<::c10d::Stor
   }
   const auto* ctl = reinterpret_cast<const Control*>(seg.base);
   return std::make_unique<ShmTransport>(local_rank, local_size, seg.release(), ctl->chunk,
-                                        ctl->p2p_chunk, runtime, ranks);
+                                        ctl->p2p_chunk, limits(), runtime, ranks);
 }
 
 // A group on one host is one shared-memory group; a group that spans hosts is a shared-memory
@@ -259,7 +281,7 @@ std::unique_ptr<accelkit::c10d::Transport> connect(const c10::intrusive_ptr<::c1
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
   auto net = std::make_unique<Net>(store, rank, size, hosts,
-                                   std::max(left, std::chrono::milliseconds(1)));
+                                   std::max(left, std::chrono::milliseconds(1)), limits());
   return std::make_unique<HostsTransport>(rank, hosts, std::move(local), std::move(net),
                                           accelkit::c10d::device_runtime());
 }
@@ -272,6 +294,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("SEGMENT_PREFIX") = std::string("/dev/shm") + mockccl::kSegmentPrefix;
   m.def("segment_bytes", [](int size) {
     TORCH_CHECK(size >= 1, "mockccl: a group has at least one rank, got ", size);
+    mockccl::limits();  // every setting checked, as at connect
     return mockccl::Layout(size, mockccl::collective_chunk(), mockccl::pair_chunk(size)).total;
   }, "The bytes of the shared-memory segment a group of `size` ranks maps (current settings).");
   accelkit::c10d::bind_collectives(m, mockccl::kName, mockccl::connect);

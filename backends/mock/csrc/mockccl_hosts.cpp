@@ -57,6 +57,11 @@ std::string HostsTransport::host_name(int host) const {
   return s.str();
 }
 
+void HostsTransport::shutdown() {
+  net_->shutdown();
+  local_->shutdown();
+}
+
 void HostsTransport::abort(const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(broken_mutex_);

@@ -55,7 +55,8 @@ class HostsTransport : public accelkit::c10d::Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  void shutdown() override {}
+  // Goodbye over TCP and in this host's segment (mockccl_net.h, mockccl_shm.h).
+  void shutdown() override;
   void abort(const std::string& reason) override;
 
   void barrier(const CallInfo& call) override;

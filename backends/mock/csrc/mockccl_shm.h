@@ -5,7 +5,7 @@
 //   mockccl_sync.cpp         barriers, waiting, failures (deadline, dead peer, abort);
 //   mockccl_collectives.cpp  the collectives, in rounds through the data slots;
 //   mockccl_p2p.cpp          send / recv / recv from any source, matched by (peer, tag);
-//   mockccl_staging.cpp      host copies of a discrete device's buffers;
+//   mockccl_staging.h        host copies of a discrete device's buffers;
 //   mockccl.cpp              connecting a group (the segment) and the Python module.
 //
 // Segment layout (offsets computed from the group size and the chunk size):
@@ -22,7 +22,8 @@
 // it chunk by chunk, in the order the sender posts. A receive takes the peer's messages in that
 // order: the first with its tag is delivered, those with other tags are kept (in this process)
 // for the receives that ask for them, so messages match by (peer, tag) and stay in order within
-// a tag, as gloo's do.
+// a tag, as gloo's do. A message's size, as the peer wrote it in the mailbox, is checked
+// against the receiver's Limits before anything is taken for it.
 // Barriers: each rank publishes an epoch; waiters spin briefly, yield the core, then sleep on
 // a futex in the segment (a shared "bell" every arrival rings), waking at least every 50 ms to
 // check the deadline, a peer process that died (/proc/<pid>/stat), and a group aborted by
@@ -45,6 +46,8 @@
 
 #include <accelkit/c10d/transport.h>
 #include <accelkit/runtime.h>
+
+#include "mockccl_wire.h"
 
 namespace mockccl {
 
@@ -70,7 +73,8 @@ struct alignas(64) Control {
 struct alignas(64) RankState {
   std::atomic<uint64_t> epoch;
   std::atomic<int32_t> pid;
-  uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid apart
+  std::atomic<int32_t> left;  // 1 once the rank shut the group down in order (shutdown())
+  uint64_t start_time;        // /proc/<pid>/stat field 22: tells a recycled pid apart
 };
 
 struct alignas(64) Header {
@@ -124,18 +128,21 @@ inline void cpu_relax() {
 class ShmTransport : public accelkit::c10d::Transport {
  public:
   // `base` maps the group's segment of Layout(size, chunk, p2p_chunk).total bytes (already
-  // unlinked from /dev/shm); the transport unmaps it when destroyed. `runtime` is the device's
-  // (for discrete memory; nullptr: buffers are host memory). `names`: the rank each of this
-  // group's ranks is in messages (the ranks of the whole group when this one is the part of a
-  // group on one host, mockccl_hosts.h); empty: their own.
-  ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk,
+  // unlinked from /dev/shm); the transport unmaps it when destroyed. `limits`: what a peer's
+  // messages may make this rank take in. `runtime` is the device's (for discrete memory;
+  // nullptr: buffers are host memory). `names`: the rank each of this group's ranks is in
+  // messages (the ranks of the whole group when this one is the part of a group on one host,
+  // mockccl_hosts.h); empty: their own.
+  ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk, Limits limits,
                accelkit::Runtime* runtime, std::vector<int> names = {});
   ~ShmTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  void shutdown() override {}
+  // Leaves the group in order: a receive from any source goes on without this rank; a receive
+  // from it, or a collective, raises naming it at once (not at its timeout).
+  void shutdown() override;
   void abort(const std::string& reason) override;
   // This rank or another aborted the group, or a call failed (deadline, dead peer): every later
   // call raises. A mismatch (a collective or its sizes differ between ranks) is not a failure:
@@ -229,6 +236,8 @@ class ShmTransport : public accelkit::c10d::Transport {
   bool take_kept(const CallInfo& call, int peer, int tag, void* buf);
   bool take_message(const CallInfo& call, const Deadline& deadline, int peer, int tag, void* buf);
   void check_size(const CallInfo& call, int peer, int tag, int64_t sent) const;
+  bool has_left(int peer) const { return state(peer).left.load(std::memory_order_acquire) != 0; }
+  [[noreturn]] void left(const CallInfo& call, const std::vector<int>& peers, int tag) const;
 
   // Group state (mockccl_sync.cpp).
   void begin(const CallInfo& call);
@@ -297,6 +306,7 @@ class ShmTransport : public accelkit::c10d::Transport {
   char* const base_;
   const size_t chunk_;
   const size_t p2p_chunk_;
+  const Limits limits_;
   const Layout layout_;
   Control* const ctl_;
   uint64_t epoch_ = 0;  // barriers passed by this rank (the same count on every rank)
@@ -312,6 +322,7 @@ class ShmTransport : public accelkit::c10d::Transport {
   // looks at them or takes a message, so a message is taken by exactly one receive.
   std::unique_ptr<std::mutex[]> recv_claims_{new std::mutex[size_]};
   std::unique_ptr<std::deque<Kept>[]> kept_{new std::deque<Kept>[size_]};
+  std::unique_ptr<uint64_t[]> kept_bytes_{new uint64_t[size_]()};  // their bytes, per peer
 };
 
 }  // namespace mockccl

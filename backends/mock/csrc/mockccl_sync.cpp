@@ -40,12 +40,13 @@ void futex_wake_all(std::atomic<uint32_t>* word) {
 }
 
 ShmTransport::ShmTransport(int rank, int size, char* base, size_t chunk, size_t p2p_chunk,
-                           accelkit::Runtime* runtime, std::vector<int> names)
+                           Limits limits, accelkit::Runtime* runtime, std::vector<int> names)
     : rank_(rank),
       size_(size),
       base_(base),
       chunk_(chunk),
       p2p_chunk_(p2p_chunk),
+      limits_(limits),
       layout_(size, chunk, p2p_chunk),
       ctl_(reinterpret_cast<Control*>(base)),
       runtime_(runtime),
@@ -68,6 +69,11 @@ void ShmTransport::abort(const std::string& reason) {
   set_broken("mockccl: " + reason);
   ring();
   futex_wake_all(&ctl_->bell);
+}
+
+void ShmTransport::shutdown() {
+  state(rank_).left.store(1, std::memory_order_release);
+  ring();
 }
 
 std::vector<int> ShmTransport::peers() const {
@@ -125,6 +131,11 @@ void ShmTransport::timed_out(const CallInfo& call, const std::vector<int>& late,
 
 void ShmTransport::check_alive(const CallInfo& call, const std::vector<int>& ranks) {
   for (int r : ranks) {
+    if (has_left(r)) {
+      fail("mockccl: " + describe(call) + " failed on rank " + std::to_string(name(rank_)) +
+           ": rank " + std::to_string(name(r)) + " has left the group (shut it down) and "
+           "cannot take part; the group is unusable");
+    }
     const int pid = state(r).pid.load(std::memory_order_acquire);
     if (pid == 0) continue;  // not connected yet
     if (process_start_time(pid) != state(r).start_time) {
