@@ -61,20 +61,22 @@ def kill_group(pgid: int | None, children: Iterable[subprocess.Popen]) -> list[s
 
 
 def sweep_shm(pids: list[int]) -> list[str]:
-    """Remove ``/dev/shm/accelkit_mockccl_*`` segments whose name carries one of ``pids`` (as a
-    ``_<pid>`` token), left behind by ranks that were killed; returns the names removed."""
+    """Remove ``/dev/shm/accelkit_mockccl_<pid>_<n>_<random>`` segments whose ``<pid>`` (the
+    process that created it; nothing else in the name) is one of ``pids``, left behind by ranks
+    that were killed; returns the names removed. A segment this process may not remove (another
+    user's) is left where it is."""
     removed = []
-    tokens = {str(p) for p in pids}
+    wanted = {str(p) for p in pids}
     try:
         names = [p.name for p in SHM_DIR.iterdir() if p.name.startswith(SHM_PREFIX)]
     except OSError:
         return removed
     for name in names:
-        if tokens & set(name[len(SHM_PREFIX):].split("_")):
+        if name[len(SHM_PREFIX):].split("_", 1)[0] in wanted:
             try:
                 (SHM_DIR / name).unlink()
                 removed.append(name)
-            except FileNotFoundError:
+            except (FileNotFoundError, PermissionError):
                 pass
     return removed
 

@@ -7,7 +7,9 @@ a device to ``torch._dynamo`` and ``torch._inductor`` when (and only if) they lo
 (:mod:`accelkit.conformance.upstream.hook`). One meta-path finder (:class:`_AfterImport`) is
 first on ``sys.meta_path`` while callbacks wait: it finds nothing itself, and wraps the loader
 the other finders return for a watched module so that the callbacks run after the module's
-code. It removes itself once no callback waits.
+code. It removes itself once no callback waits. A module that is executing when a callback is
+registered (it is in ``sys.modules`` already) gets the callback when the import machinery marks
+its spec initialized (:class:`_Initializing`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import importlib.abc
 import sys
 import threading
 from collections.abc import Callable
+from importlib.machinery import ModuleSpec
 from types import ModuleType
 from typing import Any
 
@@ -24,9 +27,16 @@ _lock = threading.Lock()
 
 def after_import(module: str, callback: Callable[[ModuleType], None]) -> None:
     """Call ``callback(module)`` now if ``module`` is imported, else right after it has
-    executed. An exception from the callback propagates to the import statement."""
-    if module in sys.modules:
-        callback(sys.modules[module])
+    executed: also when it is executing now (``after_import`` called from its own code, or
+    from a module it imports), since ``sys.modules`` holds a module from the start of its
+    execution. An exception from the callback propagates to the import statement."""
+    loaded = sys.modules.get(module)
+    if loaded is not None:
+        spec = getattr(loaded, "__spec__", None)
+        if isinstance(spec, ModuleSpec) and getattr(spec, "_initializing", False):
+            _when_initialized(spec, callback)
+        else:
+            callback(loaded)
         return
     with _lock:
         finder = next((f for f in sys.meta_path if isinstance(f, _AfterImport)), None)
@@ -84,3 +94,30 @@ class _RunAfter(importlib.abc.Loader):
         self._loader.exec_module(module)
         for callback in self._finder.take(self._fullname):
             callback(module)
+
+
+class _Initializing(ModuleSpec):
+    """The class a spec of a module that is executing takes while callbacks wait for it. The
+    import machinery (``importlib._bootstrap._load_unlocked``) sets ``spec._initializing`` to
+    False once the module's code has run, in a ``finally``: that assignment runs the callbacks
+    (when the module is in ``sys.modules``, that is, its code succeeded) and gives the spec its
+    class back."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        super().__setattr__(name, value)
+        if name == "_initializing" and not value:
+            with _lock:
+                callbacks = self.__dict__.pop("_accelkit_after_import", [])
+                object.__setattr__(self, "__class__", ModuleSpec)
+            module = sys.modules.get(self.name)
+            if module is not None:
+                for callback in callbacks:
+                    callback(module)
+
+
+def _when_initialized(spec: ModuleSpec, callback: Callable[[ModuleType], None]) -> None:
+    """Run ``callback`` when the module of ``spec``, executing now, has executed."""
+    with _lock:
+        spec.__dict__.setdefault("_accelkit_after_import", []).append(callback)
+        if type(spec) is ModuleSpec:
+            object.__setattr__(spec, "__class__", _Initializing)

@@ -70,3 +70,40 @@ def test_the_hook_waits_only_for_its_modules(module_dir):
     assert seen == [] and len(_hooks()) == 1
     importlib.import_module(watched)
     assert seen == [watched] and _hooks() == []
+
+
+def test_a_module_that_is_executing_gets_the_callback_once_it_has_executed(module_dir):
+    """A callback registered while its module executes (from the module's own code, or from a
+    module it imports, as a device registered during ``import torch`` would) runs once the
+    module's code has finished, not on the half-made module ``sys.modules`` holds meanwhile."""
+    watched = module_dir("accelkit_after_import_f", (
+        "from accelkit.core.after_import import after_import\n"
+        "SEEN = []\n"
+        "after_import(__name__, lambda m: SEEN.append(('own', hasattr(m, 'LATE'))))\n"
+        "import accelkit_after_import_g\n"
+        "LATE = 1\n"))
+    module_dir("accelkit_after_import_g", (
+        "from accelkit.core.after_import import after_import\n"
+        "import accelkit_after_import_f as parent\n"
+        "after_import('accelkit_after_import_f',\n"
+        "             lambda m: m.SEEN.append(('imported', hasattr(m, 'LATE'))))\n"))
+    module = importlib.import_module(watched)
+    assert module.SEEN == [("own", True), ("imported", True)]
+    assert type(module.__spec__).__name__ == "ModuleSpec" and _hooks() == []
+
+
+def test_a_module_that_fails_while_callbacks_wait_runs_none(module_dir):
+    name = module_dir("accelkit_after_import_h", (
+        "from accelkit.core.after_import import after_import\n"
+        "import builtins\n"
+        "after_import(__name__, lambda m: builtins.accelkit_seen.append(m))\n"
+        "raise ValueError('broken module')\n"))
+    import builtins
+
+    builtins.accelkit_seen = []
+    try:
+        with pytest.raises(ValueError, match="broken module"):
+            importlib.import_module(name)
+        assert builtins.accelkit_seen == []
+    finally:
+        del builtins.accelkit_seen

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 from accelkit.conformance import loader, reports, terminal
@@ -251,18 +252,46 @@ def test_summary_for_unavailable_backend():
 
 
 def test_sweep_shm_removes_only_segments_of_the_given_pids():
+    """A segment is its creator's (``accelkit_mockccl_<pid>_<n>_<random>``): one whose counter
+    or random part happens to equal a killed pid belongs to another, live, process and stays."""
     fake_pid = 4_000_000_000  # above any real pid
-    ours = SHM_DIR / f"accelkit_mockccl_{fake_pid}_seg0"
-    other = SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_seg0"
-    for p in (ours, other):
+    ours = SHM_DIR / f"accelkit_mockccl_{fake_pid}_0_5f3a"
+    others = [SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_0_5f3a",
+              SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_{fake_pid}_5f3a",
+              SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_2_{fake_pid}"]
+    for p in (ours, *others):
         p.write_bytes(b"x")
     try:
         assert sweep_shm([fake_pid]) == [ours.name]
-        assert not ours.exists() and other.exists()
+        assert not ours.exists() and all(p.exists() for p in others)
     finally:
-        for p in (ours, other):
+        for p in (ours, *others):
             if p.exists():
                 os.unlink(p)
+
+
+def test_sweep_shm_leaves_a_segment_it_may_not_remove(monkeypatch):
+    """Another user's segment (unlink refused: /dev/shm is sticky) stays, and the sweep goes on
+    with the rest instead of raising out of kill_group."""
+    fake_pid = 4_000_000_002
+    theirs = SHM_DIR / f"accelkit_mockccl_{fake_pid}_0_aa"
+    ours = SHM_DIR / f"accelkit_mockccl_{fake_pid}_1_bb"
+    for p in (theirs, ours):
+        p.write_bytes(b"x")
+    unlink = Path.unlink
+
+    def refuse_theirs(path, *args, **kwargs):
+        if path.name == theirs.name:
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "unlink", refuse_theirs)
+    try:
+        assert sweep_shm([fake_pid]) == [ours.name]
+    finally:
+        monkeypatch.undo()
+        for p in (theirs, ours):
+            p.unlink(missing_ok=True)
 
 
 def test_kill_group_stops_a_child_and_what_it_started_and_sweeps_their_segments():

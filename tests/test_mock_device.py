@@ -163,6 +163,58 @@ if not IN_MOCK_PROCESS:
         assert "RuntimeError: _Hold.wait() holds a stream until the host releases it: it needs " \
                "the asynchronous mock (ACCELKIT_MOCK_ASYNC=1)" in proc.stderr
 
+    def test_a_hold_under_launch_blocking_is_refused_not_a_hang():
+        """With ACCELKIT_MOCK_LAUNCH_BLOCKING=1 every launch waits on the host for its stream: a
+        held stream would block the next launch before the host could release it."""
+        proc = run_python("""
+            import torch, accelkit.backends.mock
+            from accelkit.backends.mock import _C
+            _C._Hold().wait()
+            torch.ones(4, device="mock")
+        """, env={"ACCELKIT_MOCK_ASYNC": "1", "ACCELKIT_MOCK_LAUNCH_BLOCKING": "1"}, timeout=60)
+        assert proc.returncode != 0
+        assert "RuntimeError: _Hold.wait() holds a stream until the host releases it: it needs " \
+               "the asynchronous mock (ACCELKIT_MOCK_ASYNC=1) without " \
+               "ACCELKIT_MOCK_LAUNCH_BLOCKING=1" in proc.stderr
+
+    def test_a_dropped_hold_lets_go_and_elapsed_time_never_waits():
+        """A _Hold dropped without release() lets its stream go (nobody could release it any
+        more, and synchronize() would hang); Event.elapsed_time on an event still queued behind
+        a hold raises at once, as cudaEventElapsedTime does, rather than wait, holding the GIL,
+        for work only a Python thread can release; once the events completed it measures the
+        time between them."""
+        out = json_result(run_python("""
+            import json, threading, time, torch, accelkit.backends.mock
+            from accelkit.backends.mock import _C
+            start, end = torch.mock.Event(enable_timing=True), torch.mock.Event(enable_timing=True)
+            hold = _C._Hold()
+            start.record()
+            hold.wait()
+            end.record()
+            releaser = threading.Thread(target=lambda: (time.sleep(0.5), hold.release()))
+            releaser.start()
+            began = time.monotonic()
+            try:
+                start.elapsed_time(end)
+                early = None
+            except RuntimeError as exc:
+                early = str(exc)
+            raised_s = time.monotonic() - began
+            releaser.join()
+            end.synchronize()
+            ms = start.elapsed_time(end)
+            dropped = _C._Hold()
+            dropped.wait()
+            x = torch.ones(4, device="mock") * 2
+            del dropped
+            torch.mock.synchronize()
+            print(json.dumps({"early": early, "raised_s": raised_s, "ms": ms,
+                              "sum": x.sum().item()}))
+        """, env={"ACCELKIT_MOCK_ASYNC": "1"}, timeout=60))
+        assert "Both events must be completed" in out["early"], out
+        assert out["raised_s"] < 0.4 and out["ms"] > 300, out
+        assert out["sum"] == 8.0
+
     def test_device_count_and_capacity_from_environment():
         out = json_result(run_python("""
             import json, torch, accelkit.backends.mock
@@ -295,6 +347,79 @@ else:
         # 0-dim CPU tensors are scalars, as on CUDA; CPU index tensors are accepted by indexing.
         assert (a * torch.tensor(2.0)).sum().item() == 8
         assert a[torch.tensor([0, 2])].device == a.device
+
+    def _layouts(device):
+        """A sparse COO, a CSR, a CSC and a nested tensor built on ``device`` (its factory's
+        ``device=``), with their CPU twins."""
+        import warnings
+
+        warnings.filterwarnings("ignore", "The PyTorch API of nested tensors")
+        warnings.filterwarnings("ignore", "Sparse (CSR|invariant)")
+        i, v = torch.tensor([[0, 1, 1], [2, 0, 2]]), torch.tensor([3.0, 4.0, 5.0])
+        crow, col = torch.tensor([0, 1, 3]), torch.tensor([2, 0, 2])
+        parts = [torch.arange(6.0).reshape(2, 3), torch.arange(3.0).reshape(1, 3)]
+        return {
+            "coo": (torch.sparse_coo_tensor(i, v, (2, 3)),
+                    torch.sparse_coo_tensor(i, v, (2, 3), device=device)),
+            "csr": (torch.sparse_csr_tensor(crow, col, v, (2, 3)),
+                    torch.sparse_csr_tensor(crow, col, v, (2, 3), device=device)),
+            "csc": (torch.sparse_csr_tensor(crow, col, v, (2, 3)).to_sparse_csc(),
+                    torch.sparse_csr_tensor(crow, col, v, (2, 3), device=device).to_sparse_csc()),
+            "nested": (torch.nested.nested_tensor(parts),
+                       torch.nested.nested_tensor(parts, device=device)),
+        }
+
+    def _parts(t):
+        """Where a sparse or nested tensor's data lives: its member tensors' devices."""
+        if t.is_nested:
+            return {t.values().device}
+        if t.layout == torch.sparse_coo:
+            return {t._indices().device, t._values().device}
+        if t.layout == torch.sparse_csc:
+            return {t.ccol_indices().device, t.row_indices().device, t.values().device}
+        return {t.crow_indices().device, t.col_indices().device, t.values().device}
+
+    def _dense(t):
+        return torch.nested.to_padded_tensor(t, 0.0) if t.is_nested else t.to_dense()
+
+    @pytest.mark.parametrize("layout", ["coo", "csr", "csc", "nested"])
+    def test_sparse_and_nested_tensors_go_to_the_device_asked_for(layout):
+        """Sparse, compressed-sparse and nested tensors land on the device an op asks for, as
+        dense ones do: ``.cpu()`` on the CPU, ``.to("mock:1")`` on device 1 (their indices and
+        values too), factories on their ``device=`` (not the current device), an op on device
+        1's tensors on device 1; in-place ops return the tensor itself; no op leaves another
+        device current."""
+        torch.mock.set_device(0)
+        cpu, on0 = _layouts("mock:0")[layout]
+        moved = on0.cpu()
+        assert moved.device == torch.device("cpu") and _parts(moved) == {torch.device("cpu")}
+        assert torch.equal(_dense(moved), _dense(cpu))
+        on1 = on0.to("mock:1")
+        assert on1.device == torch.device("mock:1"), on1.device
+        assert _parts(on1) == {torch.device("mock:1")}, _parts(on1)
+        assert torch.equal(_dense(on1.cpu()), _dense(cpu))
+        assert torch.mock.current_device() == 0
+        twice = on1 * 2
+        assert twice.device == torch.device("mock:1") and _parts(twice) == {torch.device("mock:1")}
+        assert torch.equal(_dense(twice.cpu()), _dense(cpu * 2))
+        if layout != "csc":  # torch has no in-place mul_ for CSC on any device
+            same = on1.clone()
+            assert same.mul_(3) is same
+            assert same.device == torch.device("mock:1")
+            assert torch.equal(_dense(same.cpu()), _dense(cpu * 3))
+        assert torch.mock.current_device() == 0, "an op left another device current"
+        made = _layouts("mock:1")[layout][1]  # current device 0, factory asks for 1
+        assert made.device == torch.device("mock:1") and _parts(made) == {torch.device("mock:1")}
+        with torch.mock.device(1):
+            here = _layouts("mock")[layout][1]
+        assert here.device == torch.device("mock:1") and _parts(here) == {torch.device("mock:1")}
+        back = cpu.to("mock:1")
+        assert back.device == torch.device("mock:1") and _parts(back) == {torch.device("mock:1")}
+        assert torch.equal(_dense(back.cpu()), _dense(cpu))
+        if layout == "coo":
+            zeros = torch.zeros(2, 3, layout=torch.sparse_coo, device="mock:1")
+            assert zeros.device == torch.device("mock:1") and _parts(zeros) == {torch.device("mock:1")}
+        assert torch.mock.current_device() == 0
 
     def test_oom_message_and_counters():
         torch.mock.reset_accumulated_memory_stats(0)

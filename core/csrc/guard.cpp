@@ -117,8 +117,10 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 "Both events must be recorded before calculating elapsed time.");
     TORCH_CHECK(a->timing && b->timing,
                 "Both events must be created with argument 'enable_timing=True'.");
-    a->state->synchronize();
-    b->state->synchronize();
+    // As cudaEventElapsedTime: an event still queued is an error, never a wait (torch's
+    // Event.elapsed_time calls this holding the GIL, which the work it would wait for may need).
+    TORCH_CHECK(a->state->query() && b->state->query(),
+                "Both events must be completed before calculating elapsed time.");
 #ifdef ACCELKIT_FAULTS
     if (faults::active("elapsed_time_zero")) return 0.0;
 #endif

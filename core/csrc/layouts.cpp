@@ -14,9 +14,11 @@
 //   the indices and values stay on the device and views stay views.
 // - Every other op runs through the CPU: each device argument is downloaded (a sparse tensor
 //   as its indices and values, a nested one as its buffer with its size, stride and offset
-//   metadata), the op runs on the CPU, results are uploaded as tensors of the same layout,
+//   metadata), the op runs on the CPU, results are uploaded as tensors of the same layout to
+//   the device the op asked for (asked_device: `.cpu()` and `.to("<device>:1")` included),
 //   and an argument the op writes (in place, out=) gets the result's indices, values or
-//   buffer. The downloads wait for the work queued on the device, so on an asynchronous
+//   buffer, and is what the op returns.
+// - Either way the op's device is current while it runs, as in CUDA's generated kernels. The downloads wait for the work queued on the device, so on an asynchronous
 //   device the host waits for these ops.
 //
 // What a vendor replaces: the ops its sparse or nested library implements, registered for the
@@ -27,6 +29,7 @@
 #include "registry.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <ATen/NestedTensorImpl.h>
 #include <ATen/SparseCsrTensorUtils.h>
 #include <ATen/native/SparseTensorUtils.h>
@@ -133,9 +136,42 @@ void write_back(const at::Tensor& target, const at::Tensor& written) {
   }
 }
 
+// The device an op's results belong on, as CUDA's generated kernels choose the device of their
+// guard: an explicit device argument (a factory's, `.to(device)`'s; the CPU's too: `.cpu()`),
+// else the first device tensor argument's, else the current device.
+std::optional<c10::Device> asked_device(const c10::FunctionSchema& schema,
+                                        const torch::jit::Stack& stack) {
+  const auto& args = schema.arguments();
+  const size_t first = stack.size() - args.size();
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isDevice()) {
+      const c10::Device d = v.toDevice();
+      if (d.type() != kDeviceType) return d;
+      return c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(resolve_index(d.index())));
+    }
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensor() && is_device(v.toTensor())) return v.toTensor().device();
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList())
+        if (is_device(t)) return t.device();
+    }
+  }
+  return std::nullopt;
+}
+
 template <c10::DispatchKey CpuKey>
 void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
+  const c10::Device target = asked_device(schema, *stack).value_or(
+      c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(current_device())));
+  // The device the op works on is current while it runs, as in CUDA's kernels: what the CPU
+  // kernels below create on "the device" (a sparse tensor's empty indices, its impl) lands on
+  // it, not on whichever device the caller had current.
+  c10::OptionalDeviceGuard guard;
+  if (target.type() == kDeviceType) guard.reset_device(target);
   const bool metadata = CpuKey == c10::DispatchKey::NestedTensorCPU
                             ? nested_metadata_op(schema)
                             : sparse_metadata_op(std::string_view(schema.name()).substr(6));
@@ -145,12 +181,10 @@ void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   const auto& args = schema.arguments();
   const size_t first = stack->size() - args.size();
-  std::optional<c10::Device> device;
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, its CPU copy)
   std::vector<at::Tensor> written_args(args.size());
   const auto download = [&](const at::Tensor& t, size_t i) {
     if (!is_device(t)) return t;
-    if (!device.has_value()) device = t.device();
     at::Tensor cpu = detail::move_layout(t, c10::Device(c10::kCPU));
     // Some CPU kernels read it: _sparse_mm_reduce_impl computes the argmax indices its
     // backward reads only for inputs that require grad (without them the backward crashed).
@@ -179,18 +213,11 @@ void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
       }
       v = c10::IValue(std::move(cpu));
     } else if (v.isDevice() && v.toDevice().type() == kDeviceType) {
-      if (!device.has_value()) {
-        device = c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(
-                                              resolve_index(v.toDevice().index())));
-      }
       v = c10::IValue(c10::Device(c10::kCPU));
     }
   }
-  if (!device.has_value()) {
-    device = c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(current_device()));
-  }
   op.callBoxed(stack);
-  for (const auto& [target, cpu] : written) write_back(target, cpu);
+  for (const auto& [device_tensor, cpu] : written) write_back(device_tensor, cpu);
   const auto& returns = schema.returns();
   const size_t rfirst = stack->size() - returns.size();
   for (size_t r = 0; r < returns.size(); ++r) {
@@ -198,12 +225,12 @@ void layout_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     const bool written_return = returns[r].alias_info() != nullptr && returns[r].alias_info()->isWrite();
     const int arg = written_return ? detail::aliased_argument(schema, returns[r]) : -1;
     if (arg >= 0 && written_args[arg].defined()) {
-      v = c10::IValue(written_args[arg]);
+      v = c10::IValue(written_args[arg]);  // an in-place or out= op returns its argument itself
     } else if (v.isTensor()) {
-      v = c10::IValue(detail::move_layout(v.toTensor(), *device));
+      v = c10::IValue(detail::move_layout(v.toTensor(), target));
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> moved;
-      for (const at::Tensor& t : v.toTensorList()) moved.push_back(detail::move_layout(t, *device));
+      for (const at::Tensor& t : v.toTensorList()) moved.push_back(detail::move_layout(t, target));
       v = c10::IValue(std::move(moved));
     }
   }

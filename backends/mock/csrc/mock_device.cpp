@@ -21,7 +21,7 @@ namespace {
 // A wait the host releases (as a kernel spinning on a flag the host writes:
 // cuStreamWaitValue32): each wait() holds the current stream until release(). For tests that
 // queue work on several streams and then let the device choose among all of it at once.
-class Hold {
+class HoldState {
  public:
   void when_released(accelkit::Runtime::Resume resume) {
     {
@@ -50,6 +50,24 @@ class Hold {
   std::vector<accelkit::Runtime::Resume> waiters_;
 };
 
+// torch.mock's _Hold: the handle Python holds. Dropping it releases its waits: nobody could
+// release them any more, and a stream parked forever would hang every synchronize().
+class Hold {
+ public:
+  ~Hold() {
+    if (PyGILState_Check()) {
+      pybind11::gil_scoped_release no_gil;  // resumed work may need the GIL on another thread
+      state_->release();
+    } else {
+      state_->release();
+    }
+  }
+  const std::shared_ptr<HoldState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<HoldState> state_ = std::make_shared<HoldState>();
+};
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -64,24 +82,27 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     runtime->launch(device, accelkit::current_stream(device), "_sleep",
                     [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
   });
-  pybind11::class_<Hold, std::shared_ptr<Hold>>(m, "_Hold")
+  pybind11::class_<Hold>(m, "_Hold")
       .def(pybind11::init<>())
       .def("wait",
-           [](const std::shared_ptr<Hold>& hold) {
-             if (!runtime->async()) {
-               // The host would wait for its own release() forever.
+           [](const Hold& hold) {
+             // The host would wait for its own release() forever: on a synchronous device at
+             // this call, with launch blocking at the next launch on the held stream.
+             if (!runtime->async() || runtime->launch_blocking()) {
                throw std::runtime_error(
                    "_Hold.wait() holds a stream until the host releases it: it needs the "
-                   "asynchronous mock (ACCELKIT_MOCK_ASYNC=1); on a synchronous device the "
-                   "wait would block the host, the only one that can release it");
+                   "asynchronous mock (ACCELKIT_MOCK_ASYNC=1) without "
+                   "ACCELKIT_MOCK_LAUNCH_BLOCKING=1; otherwise the host would wait for the held "
+                   "stream, and it is the only one that can release it");
              }
              const int device = accelkit::current_device();
              runtime->stream_wait(device, accelkit::current_stream(device), "_Hold.wait",
-                                  [hold](accelkit::Runtime::Resume resume) {
-                                    hold->when_released(std::move(resume));
+                                  [state = hold.state()](accelkit::Runtime::Resume resume) {
+                                    state->when_released(std::move(resume));
                                   });
            })
-      .def("release", &Hold::release, pybind11::call_guard<pybind11::gil_scoped_release>());
+      .def("release", [](const Hold& hold) { hold.state()->release(); },
+           pybind11::call_guard<pybind11::gil_scoped_release>());
   // A kernel that fails with `message` when the current stream runs it: how an error of
   // queued work surfaces (at the next synchronizing call, naming the kernel).
   m.def("_fail", [](const std::string& message) {

@@ -439,6 +439,9 @@ class MockRuntime final : public accelkit::Runtime {
 
   bool async() const noexcept override { return async_; }
 
+  // ACCELKIT_MOCK_LAUNCH_BLOCKING=1: every launch waits for its stream on the host.
+  bool launch_blocking() const noexcept { return launch_blocking_; }
+
   // CUDA: cudaLaunchHostFunc. Synchronous mode runs `fn` now.
   void launch(int device, int64_t stream, const char* what, std::function<void()> fn) override {
     if (!async_) {

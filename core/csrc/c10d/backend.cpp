@@ -1,6 +1,8 @@
 // The c10d glue (<accelkit/c10d/backend.h>): TransportBackend's lifecycle (creation, split,
 // shutdown, abort) and the queueing of its operations on ordered workers, in stream order on an
 // asynchronous device. The operations themselves are in operations.cpp, the Work in work.cpp.
+#include "without_gil.h"  // first: it includes Python.h
+
 #include <accelkit/c10d/backend.h>
 #include <accelkit/runtime.h>
 
@@ -79,6 +81,9 @@ void TransportBackend::abort() { close(true, "the process group was aborted"); }
 // workers, which runs what is queued (each raises at once on the aborted transport and
 // completes its Work with the error) and joins them; (4) release the transport.
 void TransportBackend::close(bool force, const char* why) {
+  // The workers may need the GIL to finish (a Work's Python callback); the destructor runs
+  // wherever Python drops the group, with the GIL held.
+  detail::WithoutGil no_gil;
   std::vector<OrderedWorker*> workers;
   {
     std::lock_guard<std::mutex> lock(lifecycle_mutex_);

@@ -1,6 +1,6 @@
 // The c10d glue's Work and the ordered worker threads that run its operations
 // (<accelkit/c10d/backend.h>: QueuedWork, OrderedWorker).
-#include <Python.h>  // sourceRank() lets go of the GIL while it waits
+#include "without_gil.h"  // first: it includes Python.h
 
 #include <accelkit/c10d/backend.h>
 
@@ -55,14 +55,11 @@ int QueuedWork::sourceRank() const {
   // _source_rank keeps it): the worker that completes the recv may first need it, to free
   // the tensors of an earlier operation whose Work it drops.
   {
-    PyThreadState* released =
-        Py_IsInitialized() && PyGILState_Check() ? PyEval_SaveThread() : nullptr;
+    detail::WithoutGil no_gil;
     std::unique_lock<std::mutex> lock(completion_->mutex);
     completion_->cv.wait(lock, [&] { return completion_->done; });
-    lock.unlock();
-    if (released != nullptr) PyEval_RestoreThread(released);
-    if (completion_->error) std::rethrow_exception(completion_->error);
   }
+  if (completion_->error) std::rethrow_exception(completion_->error);
   TORCH_CHECK(source_rank_ >= 0,
               "sourceRank() is only defined for a completed recv from any source");
   return source_rank_;
