@@ -21,6 +21,7 @@ build never leaves others waiting.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import importlib.util
@@ -29,7 +30,7 @@ import re
 import sys
 import sysconfig
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 _HERE = Path(__file__).resolve().parent
@@ -146,9 +147,63 @@ LIBRARY_CFLAGS = ("-O2", "-fvisibility=hidden", "-fvisibility-inlines-hidden")
 
 
 def _variant(name: str, defines: Sequence[str]) -> str:
-    """The cache name of a build of ``name`` with preprocessor ``defines``: the name itself
-    for none, else ``name+DEFINE+...`` (its own cache folders, never pruned for the other)."""
-    return "+".join([name, *defines])
+    """The cache name of a build of ``name`` with preprocessor ``defines`` (and a sanitizer):
+    the name itself for none, else ``name+DEFINE+...+sanitize-KIND`` (its own cache folders,
+    never pruned for the other)."""
+    kind = sanitizer()
+    return "+".join([name, *defines, *([f"sanitize-{kind}"] if kind else [])])
+
+
+#: The sanitizers ``ACCELKIT_SANITIZE`` builds with, and the runtime each one's process loads
+#: before anything else (``LD_PRELOAD``).
+SANITIZERS = {"address": "libasan.so", "thread": "libtsan.so"}
+
+
+def sanitizer() -> str | None:
+    """``ACCELKIT_SANITIZE`` (``address``: AddressSanitizer with UndefinedBehaviorSanitizer;
+    ``thread``: ThreadSanitizer), or None when unset: accelkit's library and every extension
+    are then built with it, cached apart. For accelkit's own sanitizer runs
+    (``tests/sanitize.py``, ``tox -e sanitizers``); a process that loads such a build must
+    preload the sanitizer's runtime."""
+    kind = os.environ.get("ACCELKIT_SANITIZE", "")
+    if kind and kind not in SANITIZERS:
+        raise ValueError(f"ACCELKIT_SANITIZE={kind} is not a sanitizer accelkit builds with: "
+                         f"use {' or '.join(SANITIZERS)}, or leave it unset")
+    return kind or None
+
+
+def _sanitize_flags() -> list[str]:
+    kind = sanitizer()
+    if kind is None:
+        return []
+    checks = "address,undefined" if kind == "address" else kind
+    return [f"-fsanitize={checks}", "-fno-omit-frame-pointer", "-g"]
+
+
+def _check_sanitizer_runtime() -> None:
+    """A sanitized extension loads only into a process whose sanitizer runtime came first."""
+    kind = sanitizer()
+    if kind is None:
+        return
+    runtime = SANITIZERS[kind]
+    if runtime.removesuffix(".so") not in Path("/proc/self/maps").read_text():
+        raise RuntimeError(f"ACCELKIT_SANITIZE={kind}: extensions built with the {kind} "
+                           "sanitizer load only where its runtime was loaded first: run with "
+                           f"LD_PRELOAD=\"$({os.environ.get('CXX', 'c++')} -print-file-name="
+                           f"{runtime}) $(c++ -print-file-name=libstdc++.so)\" (tests/sanitize.py "
+                           "does), or unset ACCELKIT_SANITIZE")
+
+
+@contextlib.contextmanager
+def _compilers_without_preload() -> Iterator[None]:
+    """The compilers this process starts do not inherit a preloaded sanitizer runtime (it is
+    for the process that loads the builds, not for gcc)."""
+    preload = os.environ.pop("LD_PRELOAD", None)
+    try:
+        yield
+    finally:
+        if preload is not None:
+            os.environ["LD_PRELOAD"] = preload
 
 
 def _define_flags(defines: Sequence[str]) -> list[str]:
@@ -165,13 +220,14 @@ class _Library:
     def __init__(self, defines: Sequence[str] = ()) -> None:
         self.sources = sorted(_csrc_dir().rglob("*.cpp"))
         headers = sorted([*Path(include_dir()).rglob("*.h"), *_csrc_dir().rglob("*.h")])
-        self.flags = [*LIBRARY_CFLAGS, *_define_flags(defines), f"-I{include_dir()}",
-                      f"-I{_csrc_dir()}"]
+        self.flags = [*LIBRARY_CFLAGS, *_define_flags(defines), *_sanitize_flags(),
+                      f"-I{include_dir()}", f"-I{_csrc_dir()}"]
         self.defines = tuple(defines)
         self.name = _variant("libaccelkit", defines)
         # The include folders' paths stay out of the key (their headers' contents are in it):
         # every environment that installs this accelkit (tox's, a vendor's venv) shares a build.
-        digest = _digest([*self.sources, *headers], [*LIBRARY_CFLAGS, *_define_flags(defines)])
+        digest = _digest([*self.sources, *headers],
+                         [*LIBRARY_CFLAGS, *_define_flags(defines), *_sanitize_flags()])
         self.dir = cache_root() / f"{self.name}-{digest}"
         self.path = self.dir / "libaccelkit.a"
 
@@ -236,8 +292,9 @@ class _Library:
                   f"for torch {_torch_version()} in {self.dir} (first use; ~30 s a file per "
                   "core)", file=sys.stderr, flush=True)
             start = time.monotonic()
-            proc = subprocess.Popen([ninja, "-C", str(self.dir)], stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
+            with _compilers_without_preload():
+                proc = subprocess.Popen([ninja, "-C", str(self.dir)], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
             output = []
             for line in proc.stdout:  # ninja's "[n/m] ..." as each file is done, with the time
                 output.append(line)
@@ -280,11 +337,12 @@ class _Build:
         self.name = name
         self.sources = [str(Path(s).resolve()) for s in sources]
         self.includes = [include_dir(), *map(str, include_dirs)]
-        self.flags = ["-O2", *cflags, *_define_flags(defines)]
+        self.flags = ["-O2", *cflags, *_define_flags(defines), *_sanitize_flags()]
         self.library = library(defines)
         srcs = [Path(s) for s in self.sources]
         digest = _digest(srcs + _included(srcs, self.includes) + [Path(self.library)], self.flags)
-        self.dir = cache_root() / f"{name}-{digest}"
+        self.variant = _variant(name, ())  # a sanitizer's builds are cached and pruned apart
+        self.dir = cache_root() / f"{self.variant}-{digest}"
         self.path = self.dir / f"{name}.so"
 
     @property
@@ -295,7 +353,7 @@ class _Build:
         """Build under an exclusive ``flock`` (released by the kernel if this process dies);
         whoever gets the lock after a finished build just imports it."""
         cache_root().mkdir(parents=True, exist_ok=True)
-        with open(cache_root() / f"{self.name}.lock", "w") as lock:
+        with open(cache_root() / f"{self.variant}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if self.done:
                 return _import_built(self.name, self.path)
@@ -310,11 +368,14 @@ class _Build:
         print(f"accelkit: building C++ extension {self.name!r} for torch {_torch_version()} "
               f"(first use; about a minute) in {self.dir}", file=sys.stderr, flush=True)
         start = time.monotonic()
-        module = cpp.load(name=self.name, sources=self.sources, extra_include_paths=self.includes,
-                          extra_cflags=self.flags, extra_ldflags=[self.library],
-                          build_directory=str(self.dir), verbose=False)
+        _check_sanitizer_runtime()
+        with _compilers_without_preload():
+            module = cpp.load(name=self.name, sources=self.sources,
+                              extra_include_paths=self.includes, extra_cflags=self.flags,
+                              extra_ldflags=[self.library, *_sanitize_flags()],
+                              build_directory=str(self.dir), verbose=False)
         (self.dir / "ok").write_text(f"{time.monotonic() - start:.1f}s\n")
-        _prune(self.name, keep=self.dir)
+        _prune(self.variant, keep=self.dir)
         print(f"accelkit: built {self.name!r} in {time.monotonic() - start:.0f} s",
               file=sys.stderr, flush=True)
         return module
@@ -380,6 +441,7 @@ def _torch_version() -> str:
 def _import_built(name: str, path: Path):
     if name in sys.modules:
         return sys.modules[name]
+    _check_sanitizer_runtime()
     import torch  # noqa: F401  (the extension links against libtorch)
 
     spec = importlib.util.spec_from_file_location(name, path)

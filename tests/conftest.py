@@ -38,6 +38,11 @@ def json_result(proc: subprocess.CompletedProcess) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+#: How much slower than usual the code under test runs: a sanitizer build's run
+#: (tests/sanitize.py) sets ACCELKIT_TIME_SCALE, and tests multiply their time bounds by it.
+TIME_SCALE = float(os.environ.get("ACCELKIT_TIME_SCALE", "1"))
+
+
 #: True inside the fresh interpreter that :func:`run_module_with_mock` starts.
 IN_MOCK_PROCESS = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
 

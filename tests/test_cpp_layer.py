@@ -231,3 +231,27 @@ def test_transport_under_thread_sanitizer():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-6000:]
     assert proc.stdout.splitlines()[:3] == ["rounds ok", "claims ok", "tags ok"], proc.stdout
     assert proc.stdout.splitlines()[3].startswith("abort ok"), proc.stdout
+
+
+def test_a_sanitizer_build_is_a_variant_of_its_own_and_needs_its_runtime(monkeypatch):
+    """ACCELKIT_SANITIZE=thread builds the library and extensions with -fsanitize=thread in
+    cache folders of their own; loading one into a process without the sanitizer's runtime
+    preloaded is refused naming the LD_PRELOAD line; an unknown sanitizer is refused naming
+    the setting and the ones there are."""
+    from accelkit.core import cpp
+
+    monkeypatch.setenv("ACCELKIT_SANITIZE", "thread")
+    assert cpp._variant("libaccelkit", ("ACCELKIT_FAULTS",)) == \
+        "libaccelkit+ACCELKIT_FAULTS+sanitize-thread"
+    assert "-fsanitize=thread" in cpp._Library().flags
+    assert cpp._Library().dir.name.startswith("libaccelkit+sanitize-thread-")
+    with pytest.raises(RuntimeError, match=r"ACCELKIT_SANITIZE=thread: extensions built with the "
+                                           r"thread sanitizer load only where its runtime was "
+                                           r"loaded first: run with LD_PRELOAD="):
+        cpp._check_sanitizer_runtime()
+    monkeypatch.setenv("ACCELKIT_SANITIZE", "memory")
+    with pytest.raises(ValueError, match="ACCELKIT_SANITIZE=memory is not a sanitizer accelkit "
+                                         "builds with: use address or thread"):
+        cpp.sanitizer()
+    monkeypatch.delenv("ACCELKIT_SANITIZE")
+    assert cpp._variant("libaccelkit", ()) == "libaccelkit" and cpp._sanitize_flags() == []
