@@ -224,28 +224,35 @@ def test_abort_interrupts_a_collective_waiting_for_its_producers():
 
 def test_dropping_a_group_while_a_python_callback_runs_does_not_deadlock():
     """Python drops the last reference to a mockccl backend, holding the GIL, while a Work's
-    Python callback (``get_future().then``) waits for the GIL on the glue's thread: the
-    destructor joins that thread without the GIL, so both finish (it held the GIL through the
-    join, and neither ever did)."""
+    Python callback (``get_future().then``) runs on the glue's worker and will need the GIL
+    again: the destructor joins that worker without the GIL, so both finish (holding it
+    through the join deadlocked). Asynchronous mock: the all_reduce waits behind 300 ms of
+    queued work, so the callback is attached before the Work completes and runs on the
+    worker, not inline."""
     from conftest import json_result, run_python
 
     out = json_result(run_python("""
-        import json, time
+        import json, threading, time
         from datetime import timedelta
         import torch, torch.distributed as dist
         import accelkit.backends.mock
-        from accelkit.backends.mock import mockccl
+        from accelkit.backends.mock import _C, mockccl
 
         backend = mockccl.connect(dist.HashStore(), 0, 1, timedelta(seconds=30))
+        x = torch.ones(4, device="mock")
+        torch.mock.synchronize()
+        _C._sleep(300)
         ran = []
-        work = backend.allreduce([torch.ones(4, device="mock")])
-        future = work.get_future().then(lambda f: (time.sleep(0.3), ran.append(1)))
-        time.sleep(0.05)
+        work = backend.allreduce([x])
+        future = work.get_future().then(lambda f: (
+            time.sleep(0.3), ran.append(threading.current_thread() is threading.main_thread())))
+        time.sleep(0.45)  # the callback sleeps on the worker
         start = time.monotonic()
         del work, future, backend
         print(json.dumps({"dropped_s": time.monotonic() - start, "ran": ran}))
-    """, timeout=60))
-    assert out["dropped_s"] < 5.0 * TIME_SCALE and out["ran"] == [1], out
+    """, env={"ACCELKIT_MOCK_ASYNC": "1"}, timeout=60))
+    assert out["ran"] == [False], out  # once, on the worker
+    assert out["dropped_s"] < 5.0 * TIME_SCALE, out
 
 if __name__ == "__main__":
     try:
