@@ -350,10 +350,13 @@ Net::Net(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
     const auto value = store->get(keys[p]);
     where[p].assign(value.begin(), value.end());
     std::istringstream in(where[p]);
-    in >> addresses_[p];
+    int port = 0;
+    in >> addresses_[p] >> port;
     in_addr parsed{};
-    TORCH_CHECK(inet_pton(AF_INET, addresses_[p].c_str(), &parsed) == 1, "mockccl: ", who(p),
-                " published an address that is not IPv4: '", where[p], "'");
+    TORCH_CHECK(inet_pton(AF_INET, addresses_[p].c_str(), &parsed) == 1 && port > 0 &&
+                    port < 65536,
+                "mockccl: ", who(p), " published an address that is not an IPv4 address and a "
+                "port: '", where[p], "'");
   }
   connect_all(listener.get(), where, deadline, timeout);
 }
