@@ -72,8 +72,13 @@ DEVICE_COUNTS = range(0, 65)
 
 
 def _device_count() -> int | None:
-    """``ACCELKIT_MOCK_DEVICES`` (default 8), or None when the runtime would refuse it."""
-    value = os.environ.get("ACCELKIT_MOCK_DEVICES", "8")
+    """``ACCELKIT_MOCK_DEVICES``, or None when the runtime would refuse it; unset: 8, or under
+    torchrun the host's ranks (``LOCAL_WORLD_SIZE``), as the runtime counts (mock_runtime.h)."""
+    default = "8"
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if "TORCHELASTIC_RUN_ID" in os.environ and local.isdigit() and 1 <= int(local) <= 64:
+        default = local
+    value = os.environ.get("ACCELKIT_MOCK_DEVICES", default)
     try:
         count = int(value)
     except ValueError:
@@ -98,7 +103,7 @@ def _probe(world_size: int = 1) -> tuple[bool, str]:
 
 #: The mock's switches and their defaults (mock_runtime.h, mockccl.cpp).
 SETTINGS_DEFAULTS = {
-    "ACCELKIT_MOCK_DEVICES": "8",
+    "ACCELKIT_MOCK_DEVICES": "8 (under torchrun: LOCAL_WORLD_SIZE)",
     "ACCELKIT_MOCK_MEMORY": "8GiB",
     "ACCELKIT_MOCK_HOST_ACCESSIBLE": "1",
     "ACCELKIT_MOCK_ASYNC": "0",

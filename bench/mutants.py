@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         for mode in modes:
             # Each mode's own mutants; the default mode also runs the others (not caught there).
-            chosen = [f for f in faults if mutant_faults.MUTANTS[f] == mode or mode == "default"]
+            chosen = [f for f in faults if mode in mutant_faults.MUTANTS[f] or mode == "default"]
             if not chosen:
                 continue
             plan = [(fault, ids) for fault in [mutant_faults.CONTROL, *chosen]]
@@ -82,17 +82,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"mode {mode}: {len(chosen)} faults x {len(ids)} checks + control in "
                   f"{seconds:.0f} s", file=sys.stderr)
             for fault, caught in mutant_faults.caught(outcomes).items():
-                own = mutant_faults.MUTANTS[fault] == mode
+                own = mode in mutant_faults.MUTANTS[fault]
                 rows.append({"fault": fault, "mode": mode, "caught_by": caught})
                 if own and not caught:
                     print(f"NOT CAUGHT: {fault} in mode {mode}", file=sys.stderr)
                     failed = True
                 if not own and caught:
                     print(f"caught in mode {mode} although it belongs to "
-                          f"{mutant_faults.MUTANTS[fault]}: {fault} by {caught}", file=sys.stderr)
+                          f"{', '.join(mutant_faults.MUTANTS[fault])}: {fault} by {caught}",
+                          file=sys.stderr)
                     failed = True
     order = list(mutant_faults.MUTANTS)
-    rows.sort(key=lambda r: (order.index(r["fault"]), r["mode"] != mutant_faults.MUTANTS[r["fault"]]))
+    rows.sort(key=lambda r: (order.index(r["fault"]), r["mode"] not in mutant_faults.MUTANTS[r["fault"]],
+                             r["mode"]))
     print(markdown(rows))
     if args.json:
         args.json.write_text(json.dumps({"world_size": args.world_size, "runs": runs,

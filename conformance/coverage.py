@@ -1,6 +1,8 @@
 """What the catalogue covers: every member of the device-handle contract
-(:mod:`accelkit.core.handle`) and every parameter of the c10d operations accelkit's backends
-implement, each with the checks that fail when a backend ignores it.
+(:mod:`accelkit.core.handle`), every parameter of the c10d operations accelkit's backends
+implement, and every method of the C++ seams a backend implements (the device guard, the
+runtime, the collective transport from each c10d entry point), each with the checks that fail
+when a backend gets it wrong.
 
 A check declares what it covers with ``@check(covers=(...))``, naming items of
 :data:`CONTRACT`. ``docs/coverage.md`` is :func:`table` of the whole catalogue, written by
@@ -55,8 +57,118 @@ C10D: dict[str, str] = {
     "new_group(timeout)": "raises once the group's timeout passes instead of waiting forever",
 }
 
-#: Every item a check can cover: the handle's members, then the c10d parameters.
-CONTRACT: dict[str, str] = {**HANDLE, **C10D}
+#: The device guard (c10::impl::DeviceGuardImplInterface, accelkit's core/csrc/guard.cpp; a
+#: vendor's own where it brings one): method -> what in torch reaches it.
+GUARD: dict[str, str] = {
+    "guard.exchangeDevice": "every device guard of torch's kernels and context managers "
+                            "(c10::DeviceGuard, torch.accelerator.device_index): the device it "
+                            "returns is the one put back",
+    "guard.getDevice": "torch.accelerator.current_device_index, the guards",
+    "guard.setDevice": "torch.accelerator.set_device_index, torch.<device>.set_device",
+    "guard.uncheckedSetDevice": "a guard's destructor restoring the device",
+    "guard.getStream": "torch.accelerator.current_stream, StreamGuard",
+    "guard.exchangeStream": "a torch.Stream as a context, torch.accelerator.set_stream",
+    "guard.getNewStream": "torch.Stream(device=...), torch.<device>.Stream",
+    "guard.record": "Event.record(stream)",
+    "guard.block": "Stream.wait_event, Stream.wait_stream",
+    "guard.queryEvent": "Event.query",
+    "guard.synchronizeEvent": "Event.synchronize",
+    "guard.elapsedTime": "Event.elapsed_time",
+    "guard.queryStream": "Stream.query",
+    "guard.synchronizeStream": "Stream.synchronize",
+    "guard.synchronizeDevice": "torch.accelerator.synchronize, torch.<device>.synchronize",
+    "guard.deviceCount": "torch.accelerator.device_count",
+}
+
+#: The runtime (accelkit::Runtime, core/include/accelkit/runtime.h: the driver seam), function
+#: and direction -> where the layer calls it (the modes named: where device memory is host
+#: memory the layer copies without it; registration.runtime_copies calls the copies directly
+#: in every mode).
+RUNTIME: dict[str, str] = {
+    "Runtime::device_count": "torch.<device>.device_count, every device index check",
+    "Runtime::allocate / release": "the caching allocator: every tensor on the device",
+    "Runtime::capacity": "out-of-memory errors, torch.<device>.mem_get_info",
+    "Runtime::allocate_pinned / release_pinned": "Tensor.pin_memory(), pin_memory=True",
+    "Runtime::copy (host to device, pageable)": "Tensor.to(device), copy_ (discrete modes)",
+    "Runtime::copy (host to device, pinned)": "copies from pinned memory (discrete modes)",
+    "Runtime::copy (device to host)": "Tensor.cpu(), item(), copy_ (discrete modes)",
+    "Runtime::copy (device to device, same device)": "clone(), copy_ on one device (discrete "
+                                                     "modes)",
+    "Runtime::copy (device to device, peer)": "Tensor.to(another device) (discrete modes)",
+    "Runtime::copy_async (host to device)": "non_blocking copies to the device (asynchronous "
+                                            "modes)",
+    "Runtime::copy_async (device to host)": "non_blocking copies to pinned memory "
+                                            "(asynchronous modes)",
+    "Runtime::copy_async (device to device, peer)": "non_blocking copies between devices "
+                                                    "(asynchronous modes)",
+    "Runtime::synchronize": "torch.<device>.synchronize, torch.accelerator.synchronize",
+    "Runtime::launch": "every op, event record and collective on a stream (asynchronous modes)",
+    "Runtime::stream_wait": "Stream.wait_event / wait_stream, Work.wait on a stream "
+                            "(asynchronous modes)",
+    "Runtime::stream_synchronize": "Stream.synchronize, copies to pageable host memory",
+    "Runtime::stream_query": "Stream.query",
+}
+
+#: The collective transport (accelkit::c10d::Transport, core/include/accelkit/c10d/
+#: transport.h: the collective library's seam), function <- the c10d entry point that reaches
+#: it -> what the glue hands it.
+TRANSPORT: dict[str, str] = {
+    "Transport::barrier <- barrier(device_ids)": "a barrier on the device (the CPU's library "
+                                                 "takes barrier() without device_ids)",
+    "Transport::barrier <- barrier of a bound group": "a barrier on the device of a group "
+                                                      "bound with device_id",
+    "Transport::broadcast <- broadcast": "the buffer and the root",
+    "Transport::allreduce <- all_reduce": "one buffer per call",
+    "Transport::allreduce <- allreduce_coalesced": "several buffers in one coalesced call "
+                                                  "(_coalescing_manager)",
+    "Transport::reduce <- reduce": "the buffer and the root",
+    "Transport::allgather <- all_gather": "a list of outputs, packed",
+    "Transport::allgather <- all_gather_single": "one flat output (_allgather_base)",
+    "Transport::allgather <- allgather_into_tensor_coalesced": "several flat outputs, coalesced",
+    "Transport::gather <- gather": "the root's list of outputs",
+    "Transport::scatter <- scatter": "the root's list of inputs, packed",
+    "Transport::reduce_scatter <- reduce_scatter": "a list of inputs, packed",
+    "Transport::reduce_scatter <- reduce_scatter_single": "one flat input "
+                                                          "(_reduce_scatter_base)",
+    "Transport::reduce_scatter <- reduce_scatter_tensor_coalesced": "several flat inputs, "
+                                                                    "coalesced",
+    "Transport::alltoall <- all_to_all_single (equal splits)": "counts and offsets, equal",
+    "Transport::alltoall <- all_to_all_single (uneven splits)": "counts and offsets per peer, "
+                                                                "zero-size ones included",
+    "Transport::alltoall <- all_to_all": "lists of tensors, packed",
+    "Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv": "a peer and a tag",
+    "Transport::recv_any <- recv(src=None)": "a tag; the peer comes back",
+    "Transport::abort <- a collective past its timeout": "the group's failure, everywhere",
+}
+
+#: The seams' methods no check can observe, each with why; every other method of the seams'
+#: headers is a row above (tests/test_coverage.py reads the headers).
+UNOBSERVED: dict[str, str] = {
+    "guard.type": "a constant: the device type the guard is registered for",
+    "guard.destroyEvent": "frees an event torch no longer holds",
+    "guard.getDefaultStream": "torch reaches it through CUDA's own stream code only; the "
+                              "default stream a check sees comes from getStream",
+    "guard.getStreamFromGlobalPool": "torch's stream pool API is CUDA's (at::cuda::"
+                                     "getStreamFromPool); a PrivateUse1 device's new streams "
+                                     "come from getNewStream",
+    "Runtime::set_device": "the layer keeps the current device itself; what the driver does "
+                           "with it is the driver's (a host-memory runtime has nothing to switch)",
+    "Runtime::async": "the device's mode: which paths the layer takes (the modes' runs), not a "
+                      "behaviour of its own",
+    "Runtime::host_accessible": "the device's mode, as async",
+    "Runtime::capacity_hint": "text added to out-of-memory messages",
+    "Runtime::device_count_hint": "text added to invalid-device messages",
+    "Transport::rank": "the group's coordinates, read by the glue when the group is made",
+    "Transport::size": "as rank",
+    "Transport::shutdown": "releases the group after its last call (the mock's is tested by "
+                           "tests/test_mockccl_teardown.py)",
+}
+
+#: The seams' items, in the order of their tables.
+SEAMS: dict[str, str] = {**GUARD, **RUNTIME, **TRANSPORT}
+
+#: Every item a check can cover: the handle's members, the c10d parameters, the seams.
+CONTRACT: dict[str, str] = {**HANDLE, **C10D, **SEAMS}
 
 
 def covering(checks: Iterable[CheckDef]) -> dict[str, list[str]]:
@@ -74,8 +186,10 @@ def table(checks: Iterable[CheckDef]) -> str:
     lines = [
         "# What the conformance checks cover",
         "",
-        "Each member of the device-handle contract and each parameter of the c10d operations a",
-        "backend implements, with the checks that fail when a backend ignores it. Generated by",
+        "Each member of the device-handle contract, each parameter of the c10d operations a",
+        "backend implements and each method of the C++ seams it implements (the device guard,",
+        "the runtime, the collective transport, each reached from every entry point that can",
+        "reach it), with the checks that fail when a backend gets it wrong. Generated by",
         "`python -m accelkit.conformance.coverage docs/coverage.md` from the checks'",
         "`@check(covers=...)` declarations (`conformance/coverage.py`); `tests/test_coverage.py`",
         "fails when an item has no check or this file is out of date.",
@@ -91,6 +205,19 @@ def table(checks: Iterable[CheckDef]) -> str:
               "| Parameter | A backend honouring it | Checks |", "| --- | --- | --- |"]
     lines += [f"| `{item}` | {C10D[item]} | {', '.join(f'`{c}`' for c in cover[item])} |"
               for item in C10D]
+    for title, seam, head in (
+            ("The device guard (`c10::impl::DeviceGuardImplInterface`, `core/csrc/guard.cpp`)",
+             GUARD, "| Method | Reached from | Checks |"),
+            ("The runtime (`accelkit::Runtime`, `core/include/accelkit/runtime.h`)", RUNTIME,
+             "| Function | Where the layer calls it | Checks |"),
+            ("The collective transport (`accelkit::c10d::Transport`, "
+             "`core/include/accelkit/c10d/transport.h`)", TRANSPORT,
+             "| Function <- c10d entry point | What it is handed | Checks |")):
+        lines += ["", f"## {title}", "", head, "| --- | --- | --- |"]
+        lines += [f"| `{item}` | {seam[item]} | {', '.join(f'`{c}`' for c in cover[item])} |"
+                  for item in seam]
+    lines += ["", "Methods of the seams no check can observe:", ""]
+    lines += [f"- `{item}`: {why}." for item, why in UNOBSERVED.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -42,3 +42,41 @@ def test_an_unknown_item_is_refused_with_where_to_look():
         @check(covers=("all_reduce(op=SUMM)",))
         def not_a_check(ctx):
             """Never registered."""
+
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Each seam: its header (or the layer's implementation), the table's prefix, how a method is
+#: found in the text.
+SEAM_SOURCES = {
+    "guard.": (ROOT / "core" / "csrc" / "guard.cpp",
+               r"(\w+)\([^;{]*?\)(?:\s+const)?(?:\s+noexcept)?\s+override"),
+    "Runtime::": (ROOT / "core" / "include" / "accelkit" / "runtime.h", r"virtual [^(;~]*?\b(\w+)\("),
+    "Transport::": (ROOT / "core" / "include" / "accelkit" / "c10d" / "transport.h",
+                    r"virtual [^(;~]*?\b(\w+)\("),
+}
+
+
+def _methods_in_table(prefix: str) -> set[str]:
+    """The methods the seam's rows and UNOBSERVED name ("Runtime::copy (host to device)" and
+    "Runtime::allocate / release" name copy, allocate and release)."""
+    names = set()
+    for item in [*coverage.SEAMS, *coverage.UNOBSERVED]:
+        if item.startswith(prefix):
+            head = item[len(prefix):].split(" <- ")[0].split(" (")[0]
+            names.update(n.strip().removeprefix(prefix) for n in head.split(" / "))
+    return names
+
+
+@pytest.mark.parametrize("prefix", list(SEAM_SOURCES))
+def test_every_method_of_the_seams_is_a_row_or_said_unobservable(prefix):
+    """Every method of the device guard (core/csrc/guard.cpp's overrides), the runtime and the
+    transport (their headers' virtuals) is a row of the coverage table or in UNOBSERVED with
+    its reason: a method added to a seam needs a check, or a reason why none can see it."""
+    import re
+
+    path, pattern = SEAM_SOURCES[prefix]
+    declared = set(re.findall(pattern, path.read_text()))
+    assert declared, f"no method found in {path}"
+    assert declared == _methods_in_table(prefix), (
+        f"{path.name}: not in the table {sorted(declared - _methods_in_table(prefix))}; in the "
+        f"table but not the seam {sorted(_methods_in_table(prefix) - declared)}")

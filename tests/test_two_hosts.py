@@ -28,13 +28,17 @@ _REASON = hosts_mod.unavailable()
 #: count (the mock passes 192 of its checks at 4 ranks: a floor near that catches checks that
 #: quietly turn into skips). The mock is the target: its collective library must connect ranks
 #: on different hosts.
-#: Each host has as many mock devices as it runs ranks, as a cluster's nodes do (torchrun's
-#: --nproc-per-node is a node's device count): torch's DTensor RNG tracker takes device
-#: ``rank % device_count()`` for a rank's own, which is the device LOCAL_RANK selected only then.
+#: Under torchrun the mock shows each host as many devices as it runs ranks, as a cluster's
+#: nodes do (torchrun's --nproc-per-node is a node's device count): torch's DTensor RNG tracker
+#: takes device ``rank % device_count()`` for a rank's own, which is the device LOCAL_RANK
+#: selected only then. The rng area with 8 devices a host shows what a check says where that is
+#: not so: the second host's ranks SKIP what torch's tracker gets wrong there, naming it.
 #: cpu (gloo) on one area is the reference, cheap, that the harness and the report work
 #: whatever the mock's state.
 RUNS = [
-    pytest.param("mock", [], {"ACCELKIT_MOCK_DEVICES": "2"}, 180, id="mock-catalogue"),
+    pytest.param("mock", [], {}, 180, id="mock-catalogue"),
+    pytest.param("mock", ["--area", "rng"], {"ACCELKIT_MOCK_DEVICES": "8"}, 10,
+                 id="mock-rng-8-devices"),
     pytest.param("cpu", ["--area", "collectives"], {}, 50, id="cpu-collectives"),
 ]
 

@@ -3,7 +3,7 @@ PrivateUse1 and the ``mockccl`` collective library.
 
 The device is the accelkit C++ layer (``core/include/accelkit``) over a host-memory runtime
 (``csrc/mock_runtime.h``), built on first import by :func:`accelkit.core.load_extension`.
-Configuration: ``ACCELKIT_MOCK_DEVICES`` (default 8), ``ACCELKIT_MOCK_MEMORY`` (capacity per
+Configuration: ``ACCELKIT_MOCK_DEVICES`` (default 8; under torchrun the host's ranks), ``ACCELKIT_MOCK_MEMORY`` (capacity per
 device, default ``8GiB``), ``ACCELKIT_MOCK_HOST_ACCESSIBLE=0`` (use the copying paths a
 discrete device takes). ``torch.compile`` works on mock tensors with its default backend:
 Inductor generates C++ kernels that run on the mock's memory, through host copies made by the

@@ -48,7 +48,8 @@ def _all_reduce_matches(ctx, op, dtypes, reference, seed, low=-8, high=9):
         assert_equal(mine, expected, f"all_reduce({op}, {dtype})")
 
 
-@check(covers=("all_reduce(op=SUM)",))
+@check(covers=("all_reduce(op=SUM)",
+       "Transport::allreduce <- all_reduce"))
 def all_reduce_sum(ctx):
     """all_reduce with ReduceOp.SUM for float32, bfloat16 and int64 equals the sum of every
     rank's input (torch.distributed.all_reduce)."""
@@ -103,7 +104,8 @@ def all_reduce_bitwise(ctx):
     _all_reduce_matches(ctx, dist.ReduceOp.BXOR, (torch.int64,), fold(torch.bitwise_xor), 8, 0, 256)
 
 
-@check(covers=("broadcast(src)",))
+@check(covers=("broadcast(src)",
+       "Transport::broadcast <- broadcast"))
 def broadcast_every_root(ctx):
     """broadcast from each rank in turn leaves the root's tensor on every rank, for float32,
     bfloat16 and int64 (torch.distributed.broadcast)."""
@@ -114,7 +116,8 @@ def broadcast_every_root(ctx):
             assert_equal(mine, every[root], f"broadcast(src={root}, {dtype})")
 
 
-@check(covers=("reduce(dst)",))
+@check(covers=("reduce(dst)",
+       "Transport::reduce <- reduce"))
 def reduce(ctx):
     """reduce(SUM) to each destination rank in turn leaves the sum on the destination
     (torch.distributed.reduce)."""
@@ -125,7 +128,7 @@ def reduce(ctx):
             assert_equal(mine, torch.stack(every).sum(0), f"reduce(dst={dst})")
 
 
-@check
+@check(covers=("Transport::allgather <- all_gather",))
 def all_gather(ctx):
     """all_gather into a list of tensors: entry i is rank i's input, for float32, bfloat16 and
     int64 (torch.distributed.all_gather)."""
@@ -138,7 +141,7 @@ def all_gather(ctx):
             assert_equal(got, every[i], f"all_gather output[{i}] ({dtype})")
 
 
-@check
+@check(covers=("Transport::allgather <- all_gather_single",))
 def all_gather_single(ctx):
     """all_gather_single concatenates every rank's input along dim 0, for float32, bfloat16
     and int64 (torch.distributed.all_gather_single, the 2.13 name of all_gather_into_tensor)."""
@@ -181,7 +184,7 @@ def all_gather_in_place(ctx):
         assert_equal(out, torch.cat(every), f"in-place all_gather_into_tensor of {numel} elements")
 
 
-@check
+@check(covers=("Transport::reduce_scatter <- reduce_scatter",))
 def reduce_scatter(ctx):
     """reduce_scatter from a list: rank r receives the sum over ranks of their r-th list entry
     (torch.distributed.reduce_scatter)."""
@@ -193,7 +196,7 @@ def reduce_scatter(ctx):
     assert_equal(out, expected, "reduce_scatter")
 
 
-@check
+@check(covers=("Transport::reduce_scatter <- reduce_scatter_single",))
 def reduce_scatter_single(ctx):
     """reduce_scatter_single: rank r receives chunk r of the sum of every rank's flat input
     (torch.distributed.reduce_scatter_single, the 2.13 name of reduce_scatter_tensor)."""
@@ -223,7 +226,7 @@ def _a2a_value(src: int, dst: int, n: int) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float32) + 100 * src + 10 * dst
 
 
-@check
+@check(covers=("Transport::alltoall <- all_to_all_single (equal splits)",))
 def all_to_all_single_equal(ctx):
     """all_to_all_single with equal splits: rank r's output chunk j is rank j's input chunk r
     (torch.distributed.all_to_all_single)."""
@@ -235,7 +238,7 @@ def all_to_all_single_equal(ctx):
                  "all_to_all_single (equal splits)")
 
 
-@check
+@check(covers=("Transport::alltoall <- all_to_all_single (uneven splits)",))
 def all_to_all_single_uneven(ctx):
     """all_to_all_single with uneven split sizes (rank s sends (s + 2d) % 3 + 1 elements to
     rank d, and nothing from rank 0 to itself: a zero-size split) delivers every chunk intact and
@@ -254,7 +257,35 @@ def all_to_all_single_uneven(ctx):
     assert_equal(out, expected, f"all_to_all_single (send splits {send}, recv splits {recv})")
 
 
-@check
+@check(covers=("Transport::alltoall <- all_to_all_single (uneven splits)",))
+def all_to_all_single_split_patterns(ctx):
+    """all_to_all_single with split sizes in several patterns and sizes: one rank sending
+    everything to one peer, every rank sending nothing to itself, sizes growing with the
+    destination, one rank receiving nothing, and splits of 64 KiB + 3 elements (past a
+    transport's chunk): every chunk arrives intact, at its offset, in rank order; what a rank
+    expects from nobody stays untouched (torch.distributed.all_to_all_single)."""
+    ws = ctx.world_size
+    patterns = {
+        "one rank sends everything to one peer": lambda s, d: 5 if (s, d) == (0, ws - 1) else 0,
+        "nothing to oneself": lambda s, d: 0 if s == d else s + d + 1,
+        "growing with the destination": lambda s, d: 2 * d + 1,
+        "rank 1 receives nothing": lambda s, d: 0 if d == 1 else (s + d) % 4 + 1,
+        "large splits": lambda s, d: (16 << 10) + 3 * ((s + d) % 2),
+    }
+    for name, size in patterns.items():
+        send = [size(ctx.rank, dst) for dst in range(ws)]
+        recv = [size(src, ctx.rank) for src in range(ws)]
+        mine = torch.cat([_a2a_value(ctx.rank, dst, send[dst]) for dst in range(ws)])
+        out = torch.full((sum(recv) + 2,), -1.0, device=ctx.device)
+        dist.all_to_all_single(out[:sum(recv)], mine.to(ctx.device, copy=True),
+                               output_split_sizes=recv, input_split_sizes=send)
+        expected = torch.cat([_a2a_value(src, ctx.rank, recv[src]) for src in range(ws)])
+        assert_equal(out[:sum(recv)], expected, f"all_to_all_single, {name} (send {send}, "
+                     f"recv {recv})")
+        assert_equal(out[sum(recv):], torch.full((2,), -1.0), f"past the output, {name}")
+
+
+@check(covers=("Transport::alltoall <- all_to_all",))
 def all_to_all(ctx):
     """all_to_all with lists of tensors: output[j] on rank r is rank j's input[r]
     (torch.distributed.all_to_all; equal sizes, as gloo requires them)."""
@@ -266,7 +297,8 @@ def all_to_all(ctx):
         assert_equal(got, _a2a_value(src, ctx.rank, n), f"all_to_all output[{src}]")
 
 
-@check(covers=("gather(dst)",))
+@check(covers=("gather(dst)",
+       "Transport::gather <- gather"))
 def gather(ctx):
     """gather to the first and the last rank: the destination's list holds every rank's input
     (torch.distributed.gather)."""
@@ -280,7 +312,8 @@ def gather(ctx):
                 assert_equal(got, every[i], f"gather(dst={dst}) entry {i}")
 
 
-@check(covers=("scatter(src)",))
+@check(covers=("scatter(src)",
+       "Transport::scatter <- scatter"))
 def scatter(ctx):
     """scatter from the first and the last rank: rank r receives the source's r-th tensor
     (torch.distributed.scatter)."""
@@ -291,7 +324,8 @@ def scatter(ctx):
         assert_equal(out, pieces[ctx.rank], f"scatter(src={src})")
 
 
-@check(covers=("send(dst)/recv(src)",))
+@check(covers=("send(dst)/recv(src)",
+       "Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv"))
 def send_recv_ring(ctx):
     """Point-to-point around a ring: blocking send/recv (even ranks send first) and then
     isend/irecv both deliver the left neighbour's tensor (torch.distributed.send/recv/isend/irecv)."""
@@ -313,7 +347,8 @@ def send_recv_ring(ctx):
     assert_equal(got2, every[left] * 2, "isend/irecv ring")
 
 
-@check(covers=("send(dst)/recv(src)",))
+@check(covers=("send(dst)/recv(src)",
+       "Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv"))
 def batch_isend_irecv(ctx):
     """batch_isend_irecv with sends to both neighbours and receives from both (what pipeline
     parallelism issues) delivers each neighbour's tensor (torch.distributed.batch_isend_irecv)."""
@@ -420,7 +455,8 @@ def p2p_tags_in_batch(ctx):
     assert_equal(got3, _tagged(5, peer, 3), "batch irecv(tag=3)")
 
 
-@check(requires=TAGS, covers=("recv(src=None, tag)",))
+@check(requires=TAGS, covers=("recv(src=None, tag)",
+       "Transport::recv_any <- recv(src=None)"))
 def p2p_any_source_tag(ctx):
     """A receive from any source with a tag takes only messages with that tag: every rank but
     0 sends tag 6 then tag 7 to rank 0, which receives tag 7 from any source once per peer
@@ -505,7 +541,8 @@ def group_roots(ctx):
         assert_equal(got, every[ranks[left]], f"irecv(group_src={left}) on the group")
 
 
-@check(timeout=90, covers=("new_group(timeout)",))
+@check(timeout=90, covers=("new_group(timeout)",
+       "Transport::abort <- a collective past its timeout"))
 def group_timeout(ctx):
     """A collective on a group created with a 2 s timeout that rank 0 never joins raises on
     the ranks waiting for it, well before the check's own limit, instead of waiting for ever;
@@ -578,6 +615,81 @@ def barrier(ctx):
     assert entered == ctx.world_size, (
         f"after barrier() {entered} of {ctx.world_size} ranks had entered it, expected all "
         f"{ctx.world_size}")
+
+
+@check(requires=("accelerator",), covers=("Transport::barrier <- barrier(device_ids)",
+                                           "Transport::barrier <- barrier of a bound group"))
+def device_barrier(ctx):
+    """barrier through the device's own library returns on a rank only after every rank entered
+    it: dist.barrier(device_ids=[index]), the common idiom (torch runs it on the device, not
+    through the CPU library as barrier() does here), and barrier() of a group bound to the device
+    (new_group(device_id=...), as init_process_group(device_id=...) binds the default group).
+    Each rank, rank r after r * 50 ms, increments a store counter just before; after the barrier
+    the counter holds the world size on every rank (torch.distributed.barrier: opts.device)."""
+    bound = dist.new_group(device_id=ctx.device)
+    assert_value(bound.bound_device_id, ctx.device, "new_group(device_id=...).bound_device_id")
+    token = [uuid.uuid4().hex if ctx.rank == 0 else None]
+    dist.broadcast_object_list(token, src=0)
+    store = dist.distributed_c10d._get_default_store()
+    for way, enter in (("barrier(device_ids=[index])",
+                        lambda: dist.barrier(device_ids=[ctx.device.index])),
+                       ("barrier() of a group bound to the device",
+                        lambda: dist.barrier(group=bound))):
+        key = f"accelkit/device_barrier/{token[0]}/{way}"
+        time.sleep(0.05 * ctx.rank)
+        store.add(key, 1)
+        enter()
+        entered = store.add(key, 0)
+        assert entered == ctx.world_size, (
+            f"after {way} {entered} of {ctx.world_size} ranks had entered it, expected all "
+            f"{ctx.world_size}")
+    dist.destroy_process_group(bound)
+
+
+@check(covers=("Transport::allreduce <- allreduce_coalesced",
+               "Transport::allgather <- allgather_into_tensor_coalesced",
+               "Transport::reduce_scatter <- reduce_scatter_tensor_coalesced"))
+def coalesced(ctx):
+    """Coalesced collectives, as FSDP1 and DDP's gradient buckets issue them: all_reduce,
+    all_gather_single and reduce_scatter_single inside torch.distributed._coalescing_manager
+    (the backend's allreduce_coalesced, allgather_into_tensor_coalesced and
+    reduce_scatter_tensor_coalesced), on three tensors of different shapes (one empty),
+    synchronous and async_ops=True: each result is what the separate call gives."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    ws, sizes = ctx.world_size, ((3, 5), (0,), (257,))
+    for async_ops in (False, True):
+        every = [[rank_input(shape, r, 50 + i) for r in range(ws)] for i, shape in enumerate(sizes)]
+        reduced = [e[ctx.rank].to(ctx.device, copy=True) for e in every]
+        with _coalescing_manager(async_ops=async_ops) as cm:
+            for t in reduced:
+                dist.all_reduce(t)
+        if async_ops:
+            cm.wait()
+        for i, t in enumerate(reduced):
+            assert_equal(t, torch.stack(every[i]).sum(0), f"coalesced all_reduce {i} "
+                         f"(shape {sizes[i]}, async_ops={async_ops})")
+        gathered = [torch.empty((ws * e[0].shape[0], *e[0].shape[1:]), device=ctx.device)
+                    for e in every]
+        with _coalescing_manager(async_ops=async_ops) as cm:
+            for out, e in zip(gathered, every, strict=True):
+                dist.all_gather_single(out, e[ctx.rank].to(ctx.device, copy=True))
+        if async_ops:
+            cm.wait()
+        for i, out in enumerate(gathered):
+            assert_equal(out, torch.cat(every[i]), f"coalesced all_gather_single {i} "
+                         f"(async_ops={async_ops})")
+        scattered = [torch.empty(e[0].shape, device=ctx.device) for e in every]
+        with _coalescing_manager(async_ops=async_ops) as cm:
+            for out, e in zip(scattered, every, strict=True):
+                dist.reduce_scatter_single(out, e[ctx.rank].repeat(ws, *[1] * (e[0].dim() - 1))
+                                           .to(ctx.device, copy=True))
+        if async_ops:
+            cm.wait()
+        for i, out in enumerate(scattered):
+            total = torch.stack([x.repeat(ws, *[1] * (x.dim() - 1)) for x in every[i]]).sum(0)
+            assert_equal(out, total.chunk(ws)[ctx.rank] if total.numel() else total[:0],
+                         f"coalesced reduce_scatter_single {i} (async_ops={async_ops})")
 
 
 @check(covers=("async_op=True",))
@@ -715,7 +827,8 @@ def _sweep_all_reduce(ctx, ops: tuple[str, ...]) -> None:
     results.done()
 
 
-@check(covers=("all_reduce(op=SUM)",))
+@check(covers=("all_reduce(op=SUM)",
+       "Transport::allreduce <- all_reduce"))
 def sweep_all_reduce_sum(ctx):
     """all_reduce(SUM) is exact for every dtype c10d reduces (bool, uint8, int8, int32, int64,
     float16, bfloat16, float32, float64, complex64) at every size of the sweep (0, 1, 7,
@@ -775,7 +888,8 @@ def sweep_all_reduce_bitwise(ctx):
     _sweep_all_reduce(ctx, ("band", "bor", "bxor"))
 
 
-@check(covers=("broadcast(src)",))
+@check(covers=("broadcast(src)",
+       "Transport::broadcast <- broadcast"))
 def sweep_broadcast(ctx):
     """broadcast leaves the root's tensor on every rank for every dtype at every size of the
     sweep, the root moving from rank to rank, and into an offset view
@@ -796,7 +910,8 @@ def sweep_broadcast(ctx):
     results.done()
 
 
-@check(covers=("reduce(dst)",))
+@check(covers=("reduce(dst)",
+       "Transport::reduce <- reduce"))
 def sweep_reduce(ctx):
     """reduce(SUM) leaves the exact sum on the destination for every non-complex dtype at every
     size of the sweep, the destination moving from rank to rank (torch.distributed.reduce)."""
@@ -812,7 +927,7 @@ def sweep_reduce(ctx):
     results.done()
 
 
-@check
+@check(covers=("Transport::allgather <- all_gather",))
 def sweep_all_gather(ctx):
     """all_gather into a list: entry j is rank j's input, for every dtype at every size of the
     sweep (torch.distributed.all_gather)."""
@@ -827,7 +942,7 @@ def sweep_all_gather(ctx):
     results.done()
 
 
-@check
+@check(covers=("Transport::allgather <- all_gather_single",))
 def sweep_all_gather_single(ctx):
     """all_gather_single concatenates every rank's input for every dtype at every size of the
     sweep, also from an offset view (torch.distributed.all_gather_single)."""
@@ -855,7 +970,7 @@ def _reduce_scatter_chunks(ctx, n, dtype):
     return chunks, sweep.reduction_expected("sum", ctx.world_size, n, dtype, seed=ctx.rank)
 
 
-@check
+@check(covers=("Transport::reduce_scatter <- reduce_scatter",))
 def sweep_reduce_scatter(ctx):
     """reduce_scatter(SUM) from a list: rank r gets the exact sum of every rank's r-th entry,
     for every dtype at every size of the sweep (torch.distributed.reduce_scatter)."""
@@ -869,7 +984,7 @@ def sweep_reduce_scatter(ctx):
     results.done()
 
 
-@check
+@check(covers=("Transport::reduce_scatter <- reduce_scatter_single",))
 def sweep_reduce_scatter_single(ctx):
     """reduce_scatter_single(SUM): rank r gets the exact sum of chunk r of every rank's input,
     for every dtype at every size of the sweep (per rank), also into an offset view
@@ -895,7 +1010,7 @@ def _exchanged(src: int, dst: int, n: int, dtype) -> torch.Tensor:
     return sweep.rank_values(src, n, dtype, seed=13 * dst)
 
 
-@check
+@check(covers=("Transport::alltoall <- all_to_all_single (equal splits)",))
 def sweep_all_to_all_single(ctx):
     """all_to_all_single with equal splits: rank r's chunk j is rank j's chunk r, for every
     dtype at every size of the sweep (per peer) (torch.distributed.all_to_all_single)."""
@@ -911,7 +1026,7 @@ def sweep_all_to_all_single(ctx):
     results.done()
 
 
-@check
+@check(covers=("Transport::alltoall <- all_to_all",))
 def sweep_all_to_all(ctx):
     """all_to_all with lists: output entry j on rank r is rank j's entry r, for every dtype at
     every size of the sweep (per peer) (torch.distributed.all_to_all)."""
@@ -928,7 +1043,8 @@ def sweep_all_to_all(ctx):
     results.done()
 
 
-@check(covers=("gather(dst)",))
+@check(covers=("gather(dst)",
+       "Transport::gather <- gather"))
 def sweep_gather(ctx):
     """gather: the destination's list holds every rank's input, for every non-complex dtype at
     every size of the sweep, the destination moving from rank to rank (torch does not view
@@ -946,7 +1062,8 @@ def sweep_gather(ctx):
     results.done()
 
 
-@check(covers=("scatter(src)",))
+@check(covers=("scatter(src)",
+       "Transport::scatter <- scatter"))
 def sweep_scatter(ctx):
     """scatter: rank r receives the source's r-th tensor, for every dtype at every size of the
     sweep, the source moving from rank to rank (torch.distributed.scatter)."""
@@ -963,7 +1080,8 @@ def sweep_scatter(ctx):
     results.done()
 
 
-@check(covers=("send(dst)/recv(src)",))
+@check(covers=("send(dst)/recv(src)",
+       "Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv"))
 def sweep_send_recv(ctx):
     """isend/irecv around a ring deliver the left neighbour's tensor for every dtype at every
     size of the sweep (past the mock's 256 KiB point-to-point chunks)

@@ -107,7 +107,8 @@ def device_handle_contract(ctx):
 
 
 @check(requires=("accelerator",), covers=("torch.<device>.device_count",
-       "torch.<device>.current_device"))
+       "torch.<device>.current_device", "guard.getDevice", "guard.setDevice", "guard.deviceCount",
+       "guard.synchronizeDevice", "Runtime::device_count"))
 def accelerator_api(ctx):
     """torch.accelerator reports the device: available, current_accelerator() is the device
     type, device_count() matches torch.<device>, the current index is the rank's device, and
@@ -209,7 +210,10 @@ def module_to_identity(ctx):
                  "weight after one SGD step of an optimizer built before .to(device)")
 
 
-@check(requires=("accelerator",))
+@check(requires=("accelerator",), covers=("Runtime::allocate / release",
+       "Runtime::allocate_pinned / release_pinned", "Runtime::copy (host to device, pageable)",
+       "Runtime::copy (host to device, pinned)", "Runtime::copy (device to host)",
+       "Runtime::copy (device to device, same device)", "Runtime::copy (device to device, peer)"))
 def runtime_copies(ctx):
     """Copies host (pageable and pinned) to device, device to host, device to device and to
     another device, at sizes from 1 byte to 16 MiB + 3 with unaligned offsets, arrive byte for
@@ -221,6 +225,125 @@ def runtime_copies(ctx):
 
     _, findings = check_copies(ctx.device_type, max_bytes=(16 << 20) + 3)
     assert not findings, "\n".join(f.render() for f in findings)
+
+
+def _other_device(ctx) -> torch.device:
+    """A second device of this rank's process, or SKIP saying there is none."""
+    count = _handle(ctx).device_count()
+    if count < 2:
+        ctx.skip(f"one {ctx.device_type} device in this process: what happens on another device "
+                 "needs a second one")
+    return torch.device(ctx.device_type, (ctx.device.index + 1) % count)
+
+
+@check(requires=("accelerator",), covers=(
+    "guard.exchangeDevice", "guard.getDevice", "guard.setDevice", "guard.getStream",
+    "guard.exchangeStream", "guard.record", "guard.synchronizeEvent", "guard.queryEvent",
+    "guard.queryStream", "guard.synchronizeStream", "guard.synchronizeDevice",
+    "guard.uncheckedSetDevice", "guard.getNewStream", "Runtime::stream_synchronize"))
+def guard_restores_device(ctx):
+    """Work on another device of the process leaves the current device, and each device's
+    current stream, as it found them: an op and copies both ways between the devices, torch.
+    accelerator.device_index(other), a torch.Stream of the other device as a context (and
+    torch.accelerator.set_stream making it and its device current), an event recorded, queried
+    and synchronized there, and
+    synchronize of that stream and device. torch's guards (c10::DeviceGuard, StreamGuard, the
+    accelerator's context managers) put back what the device guard's exchangeDevice /
+    exchangeStream returned: a guard that returns the device it switched to leaves the caller
+    on the other device (CUDA's: c10/cuda/impl/CUDAGuardImpl.h)."""
+    acc, here = torch.accelerator, ctx.device
+    other = _other_device(ctx)
+    acc.set_device_index(here.index)
+    home_stream = acc.current_stream(other)
+
+    def unchanged(what: str) -> None:
+        got = acc.current_device_index()
+        assert got == here.index, (
+            f"after {what} on {other} the current device is {got}, expected {here.index}: the "
+            "guard kept the device it switched to")
+
+    x = torch.ones(1 << 12, device=other) * 2
+    unchanged("an op")
+    back = x.to(here)
+    unchanged("a copy to this device")
+    there = torch.arange(6.0, device=here).to(other)
+    unchanged("a copy to the other device")
+    with acc.device_index(other.index):
+        assert_value(acc.current_device_index(), other.index,
+                     f"the current device inside torch.accelerator.device_index({other.index})")
+    unchanged("torch.accelerator.device_index")
+    side = torch.Stream(device=other)
+    with side:
+        assert acc.current_stream(other) == side, "inside `with stream:` its stream is not current"
+        y = torch.ones(8, device=other) + 1
+    unchanged("a torch.Stream context")
+    assert acc.current_stream(other) == home_stream, (
+        f"after `with stream:` {other}'s current stream is {acc.current_stream(other)}, "
+        f"expected {home_stream}")
+    acc.set_stream(side)  # makes the stream's device current too (torch.accelerator.set_stream)
+    try:
+        assert acc.current_stream(other) == side, "set_stream did not make the stream current"
+        assert_value(acc.current_device_index(), other.index,
+                     "the current device after torch.accelerator.set_stream(a stream of it)")
+    finally:
+        acc.set_stream(home_stream)
+        acc.set_device_index(here.index)
+    event = torch.Event(device=other)
+    event.record(side)
+    event.synchronize()
+    assert event.query(), "an event is not complete after Event.synchronize()"
+    unchanged("an event recorded and synchronized")
+    side.synchronize()
+    assert side.query(), "a stream is busy after Stream.synchronize()"
+    acc.synchronize(other.index)
+    unchanged("Stream.synchronize and torch.accelerator.synchronize")
+    assert_equal(back, torch.full((1 << 12,), 2.0), f"a copy from {other}")
+    assert_equal(there, torch.arange(6.0), f"a copy to {other}")
+    assert_equal(y, torch.full((8,), 2.0), f"an op on a stream of {other}")
+
+
+@check(requires=("accelerator",), covers=(
+    "Runtime::copy (device to device, peer)", "Runtime::copy_async (device to device, peer)",
+    "Runtime::copy_async (host to device)", "Runtime::copy_async (device to host)",
+    "Runtime::allocate_pinned / release_pinned"))
+def device_copies(ctx):
+    """Tensors cross between two devices of the process, and to and from pinned host memory,
+    in every way torch moves them: .to() and copy_ both ways, non_blocking, contiguous and
+    strided, 1 byte to 4 MiB + 3, and on a side stream of the destination that waited for the
+    source; every byte arrives once the device is synchronized (a discrete device's peer copies
+    are the runtime's: Runtime::copy and copy_async across devices, CUDA's cudaMemcpyPeer; an
+    asynchronous device's non_blocking ones are queued: copy_async, cudaMemcpyAsync;
+    torch.Tensor.to, torch.Tensor.copy_)."""
+    here, other = ctx.device, _other_device(ctx)
+    for nbytes in (1, 7, 4096 + 5, (4 << 20) + 3):
+        src = torch.arange(nbytes, dtype=torch.uint8)
+        mine = src.to(here)
+        for non_blocking in (False, True):
+            there = mine.to(other, non_blocking=non_blocking)
+            home = torch.empty_like(mine)
+            home.copy_(there, non_blocking=non_blocking)
+            torch.accelerator.synchronize(other.index)
+            torch.accelerator.synchronize(here.index)
+            assert_equal(there, src, f"{nbytes} bytes to {other} (non_blocking={non_blocking})")
+            assert_equal(home, src, f"{nbytes} bytes back from {other}")
+        pinned = src.pin_memory()
+        up = pinned.to(here, non_blocking=True)
+        down = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+        down.copy_(up, non_blocking=True)
+        torch.accelerator.synchronize(here.index)
+        assert_equal(down, src, f"{nbytes} bytes to the device and back, non_blocking, pinned")
+    grid = torch.arange(64 * 48, dtype=torch.float32).reshape(64, 48)
+    strided = grid.to(here)[::3, 5:41:2]
+    assert_equal(strided.to(other), grid[::3, 5:41:2], f"a strided view copied to {other}")
+    landing = torch.zeros(48, 64, device=other).t()
+    landing.copy_(grid.to(here))
+    assert_equal(landing, grid, f"into a transposed tensor of {other}")
+    side = torch.Stream(device=other)
+    side.wait_stream(torch.accelerator.current_stream(here))
+    with side:
+        moved = (grid.to(here) * 3).to(other) + 1
+    side.synchronize()
+    assert_equal(moved, grid * 3 + 1, f"a copy on a side stream of {other}")
 
 
 # Drift checks: behaviours of torch's registration surface that moved, or may move, between

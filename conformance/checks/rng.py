@@ -11,6 +11,8 @@ with torch's reason.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -46,6 +48,28 @@ def _fresh(ctx, mesh, seed: int = 1234):
     torch.manual_seed(seed)
     _random._rng_tracker = _random.OffsetBasedRNGTracker(mesh, run_state_sync=False)
     return _random._rng_tracker
+
+
+def _skip_where_torch_picks_another_device(ctx) -> None:
+    """SKIP on every rank, naming torch's limitation and the setting that avoids it, where
+    torch's DTensor RNG tracker takes another device than some rank's as that rank's own: it
+    takes device ``rank % device_count()`` (torch.distributed.tensor._random._resolve_device),
+    while a launch gives rank ``node * L + i`` of hosts running L ranks each the device i
+    (LOCAL_RANK). Those agree on every host only when the hosts show as many devices as they
+    run ranks (or when there is one host). Every rank reaches the same verdict without a
+    collective."""
+    count = _handle(ctx).device_count()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", ctx.world_size))
+    wrong = [rank for rank in range(ctx.world_size) if rank % count != rank % local]
+    if wrong:
+        rank = wrong[0]
+        ctx.skip(f"torch's DTensor RNG tracker takes device rank % device_count() as a rank's "
+                 f"own (torch.distributed.tensor._random._resolve_device): {rank % count} for "
+                 f"rank {rank}, which computes on device {rank % local} (its LOCAL_RANK), as "
+                 f"{len(wrong)} rank(s) do where a host shows more devices ({count}) than it "
+                 f"runs ranks ({local}). Give each host as many devices as ranks (torchrun "
+                 f"--nproc-per-node = devices per host; the mock does under torchrun unless "
+                 f"ACCELKIT_MOCK_DEVICES is set)")
 
 
 def _ceil4(n: int) -> int:
@@ -292,6 +316,7 @@ def user_generator(ctx):
     state — a reseeded generator repeats the values and matches the default generator at the
     same seed — advances it by ceil4(numel), and leaves the default generator alone
     (PR 103235's tracker with a user generator)."""
+    _skip_where_torch_picks_another_device(ctx)
     mesh = ctx.mesh((ctx.world_size,))
     _fresh(ctx, mesh, 5)
     gen = torch.Generator(device=ctx.device)

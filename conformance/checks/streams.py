@@ -58,7 +58,9 @@ def _ends(t: torch.Tensor) -> torch.Tensor:
 
 
 @check(covers=("torch.<device>.Stream", "torch.<device>.Event", "torch.<device>.current_stream",
-       "torch.<device>.stream", "torch.<device>.synchronize"))
+       "torch.<device>.stream", "torch.<device>.synchronize", "guard.getNewStream", "guard.block",
+       "guard.queryEvent", "guard.synchronizeEvent", "guard.queryStream", "Runtime::synchronize",
+       "Runtime::stream_query", "Runtime::launch"))
 def device_handle_streams(ctx):
     """The device module's stream and event members as FSDP2 and DCP call them: Stream(priority)
     on the current device, current_stream() inside and outside `with stream(s):`,
@@ -90,7 +92,7 @@ def device_handle_streams(ctx):
     assert high.query() and default.query(), "streams busy after synchronize()"
 
 
-@check(covers=("async_op=True",))
+@check(covers=("async_op=True", "Runtime::stream_wait"))
 def collective_ordering(ctx):
     """A collective starts after the work queued before it on the current stream, and
     Work.wait() makes the current stream (not necessarily the host) wait for its result: a
@@ -112,7 +114,8 @@ def collective_ordering(ctx):
     assert_equal(gathered, expected, "all_gather of queued inputs")
 
 
-@check(covers=("torch.<device>.Stream", "torch.<device>.stream", "torch.<device>.current_stream"))
+@check(covers=("torch.<device>.Stream", "torch.<device>.stream", "torch.<device>.current_stream",
+       "guard.block", "Runtime::stream_wait", "Runtime::launch"))
 def side_stream_events(ctx):
     """Work on a side stream joined with events: the side stream waits for the producer
     (wait_stream), the current stream waits for the side stream's result (Event.record on the
@@ -163,13 +166,15 @@ def record_stream(ctx):
     del overwrite
 
 
-@check
+@check(covers=("Runtime::capacity", "Runtime::allocate / release",))
 def memory_statistics(ctx):
     """The allocator's statistics as torch.cuda's: memory_reserved() >= memory_allocated()
     after frees (freed blocks may stay cached), max_memory_allocated() >= memory_allocated(),
     reset_peak_memory_stats() brings the peak to the current value, empty_cache() keeps
-    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads
-    (torch.cuda.memory_stats)."""
+    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads, and a
+    tensor one byte larger than the device's memory (mem_get_info's total, the runtime's
+    capacity) raises torch.OutOfMemoryError and counts in num_ooms (torch.cuda.memory_stats,
+    mem_get_info)."""
     handle = _handle(ctx)
     handle.synchronize()
     keep = torch.empty(BIG, device=ctx.device)
@@ -194,13 +199,24 @@ def memory_statistics(ctx):
     missing = sorted(wanted - set(stats))
     assert not missing, f"memory_stats() lacks {missing}"
     del keep
+    free, total = handle.mem_get_info(ctx.device)
+    assert 0 < total and 0 <= free <= total, f"mem_get_info() is ({free}, {total})"
+    ooms = handle.memory_stats()["num_ooms"]
+    try:
+        torch.empty(total + 1, dtype=torch.uint8, device=ctx.device)
+    except torch.OutOfMemoryError:
+        pass
+    else:
+        raise AssertionError(f"a tensor of {total + 1} bytes, one more than the device's memory "
+                             "(mem_get_info()), was allocated")
+    assert handle.memory_stats()["num_ooms"] == ooms + 1, "num_ooms did not count the refusal"
 
 
 #: Side of the float32 matmuls event_timing times (a few ms to a few hundred on any device).
 TIMED = 1024
 
 
-@check(covers=("torch.<device>.Event",))
+@check(covers=("torch.<device>.Event", "guard.elapsedTime"))
 def event_timing(ctx):
     """Event.elapsed_time measures the time between two recorded events: with three
     torch.Event(device, enable_timing=True) recorded before, between and after two rounds of

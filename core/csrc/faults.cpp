@@ -63,6 +63,15 @@ const std::vector<Fault>& all() {
        "(never used by the layer where device memory is host memory)"},
       {"synchronize_noop",
        "the runtime's synchronize() returns without waiting for the device's queued work"},
+      {"guard_keeps_new_device",
+       "the device guard's exchangeDevice returns the device it switched to, not the one it "
+       "replaced (every guard leaves the caller on the other device)"},
+      {"device_barrier_noop",
+       "the collective library's barrier returns at once (dist.barrier() still waits: torch "
+       "runs it through the CPU's library)"},
+      {"peer_copy_dropped",
+       "the runtime's copies between two devices do nothing (a peer-to-peer path never "
+       "enabled)"},
   };
   return faults;
 }

@@ -10,10 +10,13 @@ namespace {
 
 constexpr size_t kHalfCopyAbove = size_t{1} << 20;
 
-// The bytes a device-to-host copy moves: half of them above 1 MiB under
-// copy_drops_half_above_1mib (a DMA descriptor sized in the wrong unit).
+// The bytes a copy moves: of a device-to-host one, half of them above 1 MiB under
+// copy_drops_half_above_1mib (a DMA descriptor sized in the wrong unit);
+// under peer_copy_dropped none between two devices.
 size_t copied_bytes(int dst_device, int src_device, size_t nbytes) {
   const bool to_host = dst_device == kHost && src_device != kHost;
+  const bool peer = dst_device != kHost && src_device != kHost && dst_device != src_device;
+  if (peer && active("peer_copy_dropped")) return 0;
   return to_host && nbytes > kHalfCopyAbove && active("copy_drops_half_above_1mib") ? nbytes / 2
                                                                                    : nbytes;
 }

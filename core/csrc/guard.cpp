@@ -34,6 +34,9 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Device exchangeDevice(c10::Device d) const override {
     const c10::Device old = getDevice();
     if (d.index() != old.index()) setDevice(d);
+#ifdef ACCELKIT_FAULTS
+    if (faults::active("guard_keeps_new_device")) return getDevice();
+#endif
     return old;
   }
   c10::Device getDevice() const override {

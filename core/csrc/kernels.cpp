@@ -7,6 +7,7 @@
 #include <accelkit/host_tensor.h>
 
 #include "allocator.h"
+#include "events.h"
 #include "faults.h"
 #include "registry.h"
 
@@ -171,10 +172,18 @@ bool copy_as_dense(const at::Tensor& self, const at::Tensor& dst) {
 }
 #endif
 
+// (device, stream) waits, in stream order, for the work queued on (other, other_stream) so far.
+void wait_for_stream(int device, int64_t stream, int other, int64_t other_stream) {
+  if (runtime().async()) mark(other, other_stream)->block(device, stream);
+}
+
 // copy_ with a device tensor on one side (torch routes every such copy here). In stream order
 // on the current stream of the destination's device (the source's, for a copy to the host):
-// a copy to the host waits for it, unless non_blocking into pinned memory (as CUDA); a copy
-// between two devices first waits for the source device's current stream.
+// a copy to the host waits for it, unless non_blocking into pinned memory (as CUDA). A copy
+// between two devices runs on the source device's current stream between a two-way barrier
+// with the destination's (as CUDA's copy_device_to_device, aten/src/ATen/native/cuda/
+// Copy.cu): it starts after the work queued on either, the destination's stream goes on after
+// it, and the source's memory, freed meanwhile, goes back to the stream that still reads it.
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy_: undefined tensor");
   if (dst.numel() == 0) return dst;
@@ -189,12 +198,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     out.copy_(src);
     return dst;
   }
-  const int device = to_device ? dst.device().index() : self.device().index();
+  const bool between = from_device && to_device && self.device() != dst.device();
+  const int device = to_device && !between ? dst.device().index() : self.device().index();
   const int64_t stream = current_stream(device);
-  if (from_device && to_device && self.device() != dst.device()) {
-    const int source = self.device().index();
-    rt.stream_synchronize(source, current_stream(source));
-  }
+  const int target = to_device ? dst.device().index() : device;
+  const int64_t target_stream = current_stream(target);
+  if (between) wait_for_stream(device, stream, target, target_stream);
+  const auto done = [&] {
+    if (between) wait_for_stream(target, target_stream, device, stream);
+    return dst;
+  };
   // Same dtype, same dense layout, no lazy conj/neg: one runtime copy of the bytes.
   if (self.dtype() == dst.dtype() && self.sizes() == dst.sizes() &&
       self.strides() == dst.strides() && self.is_non_overlapping_and_dense() &&
@@ -207,7 +220,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                       self.storage_offset() * self.dtype().itemsize(),
                   from_device ? self.device().index() : kHost, nbytes, device, stream);
     if (!to_device && !(non_blocking && dst.is_pinned())) rt.stream_synchronize(device, stream);
-    return dst;
+    return done();
   }
   if (rt.host_accessible()) {  // asynchronous: an elementwise copy on the host, in stream order
     if (!to_device) {
@@ -221,8 +234,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     at::Tensor src = from_device ? host_view(self) : self.clone();
     at::Tensor out = host_view(dst);
     rt.launch(device, stream, "copy_", [src, out]() mutable { out.copy_(src); });
-    return dst;
+    return done();
   }
+  if (between) rt.stream_synchronize(device, stream);  // the host copies below
   const at::Tensor src = from_device ? download(self) : self;
   if (!to_device) {
     const_cast<at::Tensor&>(dst).copy_(src);

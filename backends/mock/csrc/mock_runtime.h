@@ -326,6 +326,14 @@ class MockRuntime final : public accelkit::Runtime {
 #endif
 
   MockRuntime() {
+    // Under torchrun a host shows as many devices as it runs ranks, as a cluster node has
+    // --nproc-per-node devices (torch's DTensor RNG tracker takes device rank % device_count()
+    // as a rank's own, which is LOCAL_RANK's only then); ACCELKIT_MOCK_DEVICES overrides it.
+    if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
+        local != nullptr && std::getenv("TORCHELASTIC_RUN_ID") != nullptr) {
+      const long n = std::strtol(local, nullptr, 10);
+      if (n >= 1 && n <= 64) devices_ = static_cast<int>(n);
+    }
     if (const char* env = std::getenv("ACCELKIT_MOCK_DEVICES")) {
       char* end = nullptr;
       const long n = std::strtol(env, &end, 10);

@@ -1,0 +1,403 @@
+"""Sampled mutation testing of the C++ layer and the mock: how many plausible bugs at random
+places of ``core/csrc`` and ``backends/mock/csrc`` the conformance catalogue kills.
+
+Where ``bench/mutants.py`` switches on faults someone wrote, this one writes the bugs itself. A
+mutant is one small edit of one line, at a site drawn from ``--seed``:
+
+    drop     an expression statement (a call, an assignment, an increment) is removed
+    return   ``return <expression>;`` becomes ``return {};`` (the type's default value)
+    compare  a comparison is flipped: ``<`` and ``>=``, ``>`` and ``<=``, ``==`` and ``!=``
+    offset   an integer literal ``n`` becomes ``n + 1``
+
+Sites are the code lines of the files (no comments, blank or preprocessor lines, no code inside
+``#ifdef ACCELKIT_FAULTS``, no lines of the fault build's own files nor of mockccl's path across
+hosts, which the catalogue on one host never reaches), drawn uniformly over every site of every
+file, then an applicable operator at the site. Each mutant is written into the
+working tree, built (accelkit's library and the mock's two extensions, in a cache folder of the
+run: ``ACCELKIT_CACHE_DIR``; a compiler cache, ``ccache`` on ``PATH``, makes a rebuild one file
+long), and run against the catalogue at ``--world-size`` on the mock:
+
+1. the areas the mutated file serves (:data:`FILE_AREAS`) in the default mode;
+2. a mutant that survived that: the whole catalogue in the default mode, then the areas of the
+   file in the discrete and asynchronous modes (:data:`MODES`), which reach the paths the
+   default mode does not;
+
+then the file is restored (also when the run is interrupted). A mutant is
+
+    stillborn  its build fails (not counted)
+    killed     a check ends FAIL, ERROR, TIMEOUT, CRASH or XPASS where the unmutated control
+               run of the same mode passed
+    survived   nothing changed
+
+The score is killed / (killed + survived). Each survivor is listed with its diff; one that no
+check can kill because no behaviour differs is explained in :data:`EQUIVALENT`
+(``file:line`` -> why), the others are work for the catalogue. ``--readme`` writes the score, the
+survivors and the raw results' place into bench/README.md.
+
+    python bench/mutate.py [--mutants 40] [--seed 1] [--world-size 2] [--json FILE] [--readme]
+                           [--file PATH ...] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from _results import environment, write_section
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: The source folders mutated, and the files left alone (the fault build's own code, compiled
+#: out of the build under test).
+FOLDERS = (ROOT / "core" / "csrc", ROOT / "backends" / "mock" / "csrc")
+SKIPPED = {"faults.cpp", "faults.h", "faulty_runtime.cpp", "faulty_runtime.h",
+           "faulty_transport.cpp", "faulty_transport.h",
+           # mockccl across hosts: the catalogue on one host never reaches it; tests/test_two_
+           # hosts.py, tests/test_mockccl_hostile.py and the failure tests across hosts do.
+           "mockccl_net.cpp", "mockccl_net.h", "mockccl_hosts.cpp", "mockccl_hosts.h",
+           "mockccl_wire.h"}
+
+#: The areas that exercise each file (by name; "*" for a file of the whole layer); the cheap
+#: first pass runs these in the default mode.
+FILE_AREAS: dict[str, tuple[str, ...]] = {
+    "guard.cpp": ("registration", "streams"),
+    "events.cpp": ("streams",),
+    "allocator.cpp": ("registration", "streams"),
+    "context.cpp": ("registration", "devicemesh"),
+    "generator.cpp": ("rng",),
+    "random.cpp": ("rng",),
+    "hooks.cpp": ("registration",),
+    "register.cpp": ("registration",),
+    "python.cpp": ("registration", "streams"),
+    "host_tensor.cpp": ("dtensor", "registration"),
+    "kernels.cpp": ("dtensor", "registration", "tp"),
+    "fallback.cpp": ("dtensor", "tp", "registration"),
+    "layouts.cpp": ("registration", "dtensor"),
+    "autocast.cpp": ("registration", "training"),
+    "rnn_cells.cpp": ("training",),
+    "sync_batch_norm.cpp": ("training",),
+    "backend.cpp": ("collectives", "streams"),
+    "operations.cpp": ("collectives",),
+    "work.cpp": ("collectives", "streams"),
+    "python.cpp/c10d": ("collectives",),
+    "mock_runtime.h": ("registration", "streams"),
+    "mock_device.cpp": ("registration",),
+    "binary_ops.cpp": ("dtensor", "tp"),
+}
+MOCKCCL_AREAS = ("collectives", "devicemesh")
+DEFAULT_AREAS = ("registration", "collectives", "dtensor", "streams", "rng")
+
+#: The mock's modes a survivor is also run in (on top of the default).
+MODES: dict[str, dict[str, str]] = {
+    "default": {},
+    "discrete": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0"},
+    "async": {"ACCELKIT_MOCK_ASYNC": "1"},
+}
+
+#: Outcomes that kill a mutant (where the control passed).
+KILLING = {"fail", "error", "timeout", "crash", "xpass"}
+
+#: Survivors no check can kill, by ``path:line`` (relative to the repository) and the mutated
+#: text: why the mutant behaves as the original does.
+EQUIVALENT: dict[str, str] = {}
+
+
+@dataclass
+class Mutant:
+    path: str       # relative to the repository
+    line: int       # 1-based
+    operator: str
+    before: str
+    after: str
+    outcome: str = "pending"
+    killed_by: list[str] = field(default_factory=list)
+    stage: str = ""          # where it was killed, or how far it survived
+    seconds: float = 0.0
+    explained: str = ""
+
+    def diff(self) -> str:
+        return "".join(difflib.unified_diff([self.before + "\n"], [self.after + "\n"],
+                                            f"a/{self.path}:{self.line}",
+                                            f"b/{self.path}:{self.line}"))
+
+
+# -- choosing mutants ---------------------------------------------------------------------------
+
+COMPARISONS = [("<=", ">"), (">=", "<"), ("==", "!="), ("!=", "=="), ("<", ">="), (">", "<=")]
+#: A declaration, not a statement to drop (dropping it would only fail to build).
+DECLARATION = re.compile(r"^(?:const\s+|static\s+|constexpr\s+|thread_local\s+)*"
+                         r"[\w:]+(?:<[^;]*>)?[\s*&]+[\w]+\s*(?:=|\{|\(|;|\[)")
+NOT_STATEMENTS = ("return", "using", "namespace", "typedef", "case ", "break", "continue", "}",
+                  "default:", "template", "friend", "class ", "struct ", "enum ")
+
+
+def _candidates(text: str) -> list[tuple[str, str]]:
+    """Every (operator, mutated line) applicable to one line."""
+    code = text.split("//")[0].rstrip()
+    stripped = code.strip()
+    indent = code[:len(code) - len(stripped)]
+    found = []
+    if (stripped.endswith(";") and not stripped.startswith(NOT_STATEMENTS)
+            and stripped.count("(") == stripped.count(")") and not DECLARATION.match(stripped)
+            and ("(" in stripped or re.search(r"\+\+|--|[^=!<>]=[^=]", stripped))):
+        found.append(("drop", indent + "/* dropped by bench/mutate.py */"))
+    m = re.match(r"^(\s*)return\s+(.+);$", code)
+    if m and m.group(2).strip() not in ("{}", "nullptr", "0", "false", "true"):
+        found.append(("return", f"{m.group(1)}return {{}};"))
+    templated = re.search(r"[\w:]<|>\s*\w*\(|template|_cast<", code)
+    for a, b in COMPARISONS:
+        if a in ("<", ">") and templated:
+            continue  # a template's angle brackets, not a comparison
+        hit = re.search(rf"(?<=[\w)\] ]) {re.escape(a)} (?=[\w(!-])", code)
+        if hit:
+            found.append(("compare", code[:hit.start()] + f" {b} " + code[hit.end():]))
+            break
+    hit = re.search(r"(?<![\w.'\"])(\d+)(?![\w.'\"])", code)
+    if hit and not stripped.startswith(("case ", "static_assert")):
+        found.append(("offset", code[:hit.start()] + str(int(hit.group(1)) + 1) + code[hit.end():]))
+    return found
+
+
+def _sources(only: list[str]) -> list[Path]:
+    files = sorted(p for folder in FOLDERS for p in folder.rglob("*")
+                   if p.suffix in (".cpp", ".h") and p.name not in SKIPPED)
+    if only:
+        wanted = {(ROOT / f).resolve() for f in only}
+        files = [p for p in files if p.resolve() in wanted]
+        if not files:
+            sys.exit(f"mutate.py: none of {only} is a source this script mutates")
+    return files
+
+
+def _code_lines(path: Path) -> list[tuple[int, str]]:
+    """(line number, text) of the lines a mutant may touch: code outside comments, the
+    preprocessor and the fault build."""
+    out, in_comment, faults = [], False, 0
+    for number, text in enumerate(path.read_text().splitlines(), 1):
+        stripped = text.strip()
+        if in_comment:
+            in_comment = "*/" not in stripped
+            continue
+        if stripped.startswith("/*"):
+            in_comment = "*/" not in stripped
+            continue
+        if stripped.startswith("#"):
+            if re.match(r"#\s*ifdef\s+ACCELKIT_FAULTS", stripped):
+                faults += 1
+            elif faults and re.match(r"#\s*(endif|else)", stripped):
+                faults -= 1
+            continue
+        if faults or not stripped or stripped.startswith("//"):
+            continue
+        out.append((number, text))
+    return out
+
+
+def choose(count: int, seed: int, only: list[str]) -> list[Mutant]:
+    """``count`` mutants at distinct sites, drawn from ``seed``."""
+    rng = random.Random(seed)
+    sites = [(path, number, text) for path in _sources(only)
+             for number, text in _code_lines(path) if _candidates(text)]
+    rng.shuffle(sites)
+    chosen = []
+    for path, number, text in sites[:count]:
+        operator, after = rng.choice(_candidates(text))
+        chosen.append(Mutant(str(path.relative_to(ROOT)), number, operator, text, after))
+    return chosen
+
+
+# -- running ------------------------------------------------------------------------------------
+
+def _areas(path: str) -> tuple[str, ...]:
+    name = Path(path).name
+    if name.startswith("mockccl"):
+        return MOCKCCL_AREAS
+    if "/c10d/" in path and name == "python.cpp":
+        return FILE_AREAS["python.cpp/c10d"]
+    return FILE_AREAS.get(name, DEFAULT_AREAS)
+
+
+def _env(cache: Path, mode: str) -> dict[str, str]:
+    return {**os.environ, "ACCELKIT_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1",
+            "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", **MODES[mode]}
+
+
+def build(cache: Path) -> tuple[bool, str]:
+    """Build the library and both mock extensions as the tree now is."""
+    proc = subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; "
+                           "from accelkit.backends.mock import mockccl; mockccl.extension()"],
+                          env=_env(cache, "default"), capture_output=True, text=True,
+                          timeout=3600)
+    return proc.returncode == 0, proc.stderr[-3000:]
+
+
+def catalogue(cache: Path, mode: str, areas: tuple[str, ...] | None, world_size: int,
+              out: Path, timeout: float) -> dict[str, str]:
+    """check -> outcome of one conformance run (every area when ``areas`` is None)."""
+    shutil.rmtree(out, ignore_errors=True)
+    argv = [sys.executable, "-m", "accelkit", "conformance", "--backend", "mock",
+            "--world-size", str(world_size), "--report-dir", str(out), "--timeout", str(timeout)]
+    for area in areas or ():
+        argv += ["--area", area]
+    subprocess.run(argv, env=_env(cache, mode), capture_output=True, text=True, timeout=7200)
+    report = out / "report.json"
+    if not report.exists():
+        return {"(the run)": "crash"}
+    return {c["key"]: c["outcome"] for c in json.loads(report.read_text())["checks"]}
+
+
+def killers(run: dict[str, str], control: dict[str, str]) -> list[str]:
+    """The checks that end badly where the control passed."""
+    return sorted(key for key, outcome in run.items()
+                  if outcome in KILLING and control.get(key, "pass") not in KILLING)
+
+
+class Controls:
+    """The unmutated tree's outcomes, per mode and selection, computed once each."""
+
+    def __init__(self, cache: Path, world_size: int, work: Path, timeout: float) -> None:
+        self.cache, self.world_size, self.work, self.timeout = cache, world_size, work, timeout
+        self.runs: dict[tuple[str, tuple[str, ...] | None], dict[str, str]] = {}
+
+    def get(self, mode: str, areas: tuple[str, ...] | None) -> dict[str, str]:
+        key = (mode, areas)
+        if key not in self.runs:
+            self.runs[key] = catalogue(self.cache, mode, areas, self.world_size,
+                                       self.work / "control", self.timeout)
+        return self.runs[key]
+
+
+def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work: Path,
+               timeout: float) -> None:
+    """Apply, build, run, restore; fills the mutant's outcome."""
+    path = ROOT / m.path
+    original = path.read_text()
+    lines = original.splitlines(keepends=True)
+    assert lines[m.line - 1].rstrip("\n") == m.before, f"{m.path}:{m.line} changed since chosen"
+    lines[m.line - 1] = m.after + "\n"
+    started = time.monotonic()
+    previous = signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        path.write_text("".join(lines))
+        ok, log = build(cache)
+        if not ok:
+            m.outcome, m.stage = "stillborn", log.strip().splitlines()[-1][:200] if log else "build"
+            return
+        areas = _areas(m.path)
+        stages: list[tuple[str, tuple[str, ...] | None]] = [("default", areas), ("default", None)]
+        stages += [(mode, areas) for mode in MODES if mode != "default"]
+        for mode, selection in stages:
+            run = catalogue(cache, mode, selection, world_size, work / "mutant", timeout)
+            found = killers(run, controls.get(mode, selection))
+            if found:
+                m.outcome, m.killed_by = "killed", found
+                m.stage = f"{mode}: {'areas ' + ', '.join(selection) if selection else 'catalogue'}"
+                return
+        m.outcome, m.stage = "survived", "every stage"
+        m.explained = EQUIVALENT.get(f"{m.path}:{m.line}", "")
+    finally:
+        path.write_text(original)
+        signal.signal(signal.SIGINT, previous)
+        m.seconds = round(time.monotonic() - started, 1)
+
+
+def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> str:
+    counted = [m for m in mutants if m.outcome in ("killed", "survived")]
+    killed = sum(m.outcome == "killed" for m in counted)
+    score = 100.0 * killed / len(counted) if counted else 0.0
+    lines = [f"`python bench/mutate.py --mutants {len(mutants)} --seed {seed} --world-size "
+             f"{world_size} --readme`, commit {env['commit']}, torch {env['torch']}, "
+             f"{env['date']}, load {env['load_before'][0]:.1f} before, "
+             f"{env.get('load_after', [0])[0]:.1f} after; raw results in "
+             "`bench/results/mutate.json`.",
+             "",
+             f"**Score: {killed} of {len(counted)} live mutants killed ({score:.0f} %)**; "
+             f"{sum(m.outcome == 'stillborn' for m in mutants)} stillborn (did not build).",
+             "",
+             "| operator | mutants | killed | survived | stillborn |", "|---|---:|---:|---:|---:|"]
+    for op in ("drop", "return", "compare", "offset"):
+        mine = [m for m in mutants if m.operator == op]
+        lines.append(f"| {op} | {len(mine)} | {sum(m.outcome == 'killed' for m in mine)} | "
+                     f"{sum(m.outcome == 'survived' for m in mine)} | "
+                     f"{sum(m.outcome == 'stillborn' for m in mine)} |")
+    survivors = [m for m in mutants if m.outcome == "survived"]
+    lines += ["", "Survivors:" if survivors else "No survivor.", ""]
+    for m in survivors:
+        why = m.explained or "not explained: work for the catalogue"
+        lines += [f"- `{m.path}:{m.line}` ({m.operator}): {why}", "", "  ```diff",
+                  *[f"  {d}" for d in m.diff().splitlines()], "  ```", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mutants", type=int, default=40)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--world-size", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=120, help="per-check budget (s)")
+    parser.add_argument("--file", action="append", default=[],
+                        help="only this source (repeatable; relative to the repository)")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--readme", action="store_true",
+                        help="write the score and survivors into bench/README.md")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="the run's folder (builds, reports); kept afterwards")
+    parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    args = parser.parse_args(argv)
+    if args.mutants < 1:
+        parser.error("--mutants must be at least 1")
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *map(str, FOLDERS)], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    if dirty and not args.list:
+        sys.exit(f"mutate.py: the sources have uncommitted changes; commit or stash them first "
+                 f"(a mutant is written into the tree and restored from what was there):\n{dirty}")
+    mutants = choose(args.mutants, args.seed, args.file)
+    if args.list:
+        for m in mutants:
+            print(m.diff())
+        return 0
+    env = environment()
+    work = args.keep or Path(tempfile.mkdtemp(prefix="accelkit-mutate-"))
+    cache = work / "cache"
+    ok, log = build(cache)
+    if not ok:
+        sys.exit(f"mutate.py: the unmutated tree does not build:\n{log}")
+    controls = Controls(cache, args.world_size, work, args.timeout)
+    for i, m in enumerate(mutants, 1):
+        run_mutant(m, cache, controls, args.world_size, work, args.timeout)
+        print(f"[{i}/{len(mutants)}] {m.outcome:9} {m.path}:{m.line} {m.operator} "
+              f"({m.seconds:.0f} s) {', '.join(m.killed_by[:3]) or m.stage}", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps({**env, "seed": args.seed,
+                                             "world_size": args.world_size,
+                                             "mutants": [asdict(x) for x in mutants]}, indent=1))
+    env["load_after"] = os.getloadavg()
+    text = markdown(mutants, env, args.seed, args.world_size)
+    print(text)
+    if args.json:
+        args.json.write_text(json.dumps({**env, "seed": args.seed, "world_size": args.world_size,
+                                         "mutants": [asdict(x) for x in mutants]}, indent=1))
+    if args.readme:
+        write_section(f"<!-- mutate.py: begin -->\n{text}<!-- mutate.py: end -->",
+                      "<!-- mutate.py: begin -->", "<!-- mutate.py: end -->",
+                      "Sampled mutation score of the C++ layer and the mock")
+    if args.keep is None:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
