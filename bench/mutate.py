@@ -125,7 +125,6 @@ class Mutant:
     killed_by: list[str] = field(default_factory=list)
     stage: str = ""          # where it was killed, or how far it survived
     seconds: float = 0.0
-    explained: str = ""
 
     def diff(self) -> str:
         return "".join(difflib.unified_diff([self.before + "\n"], [self.after + "\n"],
@@ -307,7 +306,6 @@ def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work
                 m.stage = f"{mode}: {'areas ' + ', '.join(selection) if selection else 'catalogue'}"
                 return
         m.outcome, m.stage = "survived", "every stage"
-        m.explained = EQUIVALENT.get(f"{m.path}:{m.line}", "")
     finally:
         path.write_text(original)
         signal.signal(signal.SIGINT, previous)
@@ -318,14 +316,18 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     counted = [m for m in mutants if m.outcome in ("killed", "survived")]
     killed = sum(m.outcome == "killed" for m in counted)
     score = 100.0 * killed / len(counted) if counted else 0.0
+    pending = sum(m.outcome == "pending" for m in mutants)
+    hours = sum(m.seconds for m in mutants) / 3600
     lines = [f"`python bench/mutate.py --mutants {len(mutants)} --seed {seed} --world-size "
-             f"{world_size} --readme`, commit {env['commit']}, torch {env['torch']}, "
-             f"{env['date']}, load {env['load_before'][0]:.1f} before, "
-             f"{env.get('load_after', [0])[0]:.1f} after; raw results in "
-             "`bench/results/mutate.json`.",
+             f"{world_size} --json bench/results/mutate.json --readme`, commit {env['commit']}, "
+             f"torch {env['torch']}, {env['date']}, load {env['load_before'][0]:.1f} before, "
+             f"{env.get('load_after', [0])[0]:.1f} after, {hours:.1f} h of mutants; raw results "
+             "in `bench/results/mutate.json` (`--render` rewrites this section from them).",
              "",
              f"**Score: {killed} of {len(counted)} live mutants killed ({score:.0f} %)**; "
-             f"{sum(m.outcome == 'stillborn' for m in mutants)} stillborn (did not build).",
+             f"{sum(m.outcome == 'stillborn' for m in mutants)} stillborn (did not build)"
+             + (f"; **{pending} of the {len(mutants)} chosen not run** (the run was stopped: "
+                "the score is of those that ran)" if pending else "") + ".",
              "",
              "| operator | mutants | killed | survived | stillborn |", "|---|---:|---:|---:|---:|"]
     for op in ("drop", "return", "compare", "offset"):
@@ -336,10 +338,16 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     survivors = [m for m in mutants if m.outcome == "survived"]
     lines += ["", "Survivors:" if survivors else "No survivor.", ""]
     for m in survivors:
-        why = m.explained or "not explained: work for the catalogue"
+        why = EQUIVALENT.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"
         lines += [f"- `{m.path}:{m.line}` ({m.operator}): {why}", "", "  ```diff",
                   *[f"  {d}" for d in m.diff().splitlines()], "  ```", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _write_readme(text: str) -> None:
+    write_section(f"<!-- mutate.py: begin -->\n{text}<!-- mutate.py: end -->",
+                  "<!-- mutate.py: begin -->", "<!-- mutate.py: end -->",
+                  "Sampled mutation score of the C++ layer and the mock")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,7 +364,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None,
                         help="the run's folder (builds, reports); kept afterwards")
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
+    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
+                        help="print (with --readme: write) the section from a run's raw results")
     args = parser.parse_args(argv)
+    if args.render:
+        raw = json.loads(args.render.read_text())
+        known = set(Mutant.__dataclass_fields__)
+        mutants = [Mutant(**{k: v for k, v in m.items() if k in known}) for m in raw["mutants"]]
+        text = markdown(mutants, raw, raw["seed"], raw["world_size"])
+        print(text)
+        if args.readme:
+            _write_readme(text)
+        return 0
     if args.mutants < 1:
         parser.error("--mutants must be at least 1")
     dirty = subprocess.run(["git", "status", "--porcelain", "--", *map(str, FOLDERS)], cwd=ROOT,
@@ -391,9 +410,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.write_text(json.dumps({**env, "seed": args.seed, "world_size": args.world_size,
                                          "mutants": [asdict(x) for x in mutants]}, indent=1))
     if args.readme:
-        write_section(f"<!-- mutate.py: begin -->\n{text}<!-- mutate.py: end -->",
-                      "<!-- mutate.py: begin -->", "<!-- mutate.py: end -->",
-                      "Sampled mutation score of the C++ layer and the mock")
+        _write_readme(text)
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0

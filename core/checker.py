@@ -690,6 +690,10 @@ def check_copies(device_type: str, *, max_bytes: int = COPY_SIZES[-1]) -> tuple[
                 probes += 1
                 try:
                     src, dst = make_src(), make_dst()
+                    # every byte differs from the one expected: a copy that moves nothing
+                    # cannot pass on what a freed buffer of the same size left behind
+                    dst[offset:offset + size].copy_(torch.bitwise_not(want))
+                    handle.synchronize()
                     copy(dst[offset:offset + size], src)
                     handle.synchronize()
                     got = dst[offset:offset + size].cpu()
