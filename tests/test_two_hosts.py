@@ -36,10 +36,11 @@ _REASON = hosts_mod.unavailable()
 #: cpu (gloo) on one area is the reference, cheap, that the harness and the report work
 #: whatever the mock's state.
 RUNS = [
-    pytest.param("mock", [], {}, 180, id="mock-catalogue"),
+    pytest.param("mock", [], {}, 180, {}, id="mock-catalogue"),
     pytest.param("mock", ["--area", "rng"], {"ACCELKIT_MOCK_DEVICES": "8"}, 10,
+                 {"rng.user_generator@4": ("skip", "rank % device_count()")},
                  id="mock-rng-8-devices"),
-    pytest.param("cpu", ["--area", "collectives"], {}, 50, id="cpu-collectives"),
+    pytest.param("cpu", ["--area", "collectives"], {}, 50, {}, id="cpu-collectives"),
 ]
 
 #: Seconds for the whole launch (on 2 CPU cores the mock's catalogue takes about 85 s, cpu's
@@ -53,11 +54,12 @@ def _machine_links() -> list[str]:
 
 
 @pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
-@pytest.mark.parametrize(("backend", "select", "ranks_env", "at_least"), RUNS)
-def test_conformance_across_two_hosts(tmp_path, backend, select, ranks_env, at_least):
+@pytest.mark.parametrize(("backend", "select", "ranks_env", "at_least", "expected"), RUNS)
+def test_conformance_across_two_hosts(tmp_path, backend, select, ranks_env, at_least, expected):
     """Both torchruns exit 0; the launch writes one report.json, in torchrun mode, naming both
     hosts with two ranks each (0-3 in all, rank 0's host as ``host``); every check that ran
-    ran on those 4 ranks, each rank answering; at least ``at_least`` PASS and nothing fails.
+    ran on those 4 ranks, each rank answering; at least ``at_least`` PASS, nothing fails, and
+    the ``expected`` checks end as said (outcome, words of the reason).
     report.md and the terminal summary name both hosts with their ranks. Afterwards no
     namespace, interface, process or shared-memory segment of the run is left."""
     _, marker = engine_env.new_env()
@@ -92,6 +94,10 @@ def test_conformance_across_two_hosts(tmp_path, backend, select, ranks_env, at_l
         (4, (0, 1, 2, 3))}
     passed = sum(c["outcome"] == "pass" for c in report["checks"])
     assert report["summary"]["pass"] == passed >= at_least, report["summary"]
+    by_key = {c["key"]: c for c in report["checks"]}
+    for key, (outcome, reason) in expected.items():
+        assert (by_key[key]["outcome"], reason in by_key[key]["reason"]) == (outcome, True), \
+            by_key[key]
 
     # ranks are contiguous per host: torchrun gives node k the ranks k*2, k*2+1
     listed = [(h, f"ranks {min(r)}-{max(r)}") for h, r in hosts.items()]
