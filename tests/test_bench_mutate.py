@@ -1,0 +1,71 @@
+"""bench/mutate.py chooses the same mutants from the same seed, each a one-line change of a
+source it is meant to mutate, and renders its score from a run's raw results saying how many
+ran. (Building and running mutants is the benchmark's job: hours, not a unit test.)"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "bench" / "mutate.py"
+sys.path.insert(0, str(SCRIPT.parent))
+
+import mutate  # noqa: E402  (bench/)
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), *argv], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_the_same_seed_chooses_the_same_mutants_and_another_seed_others():
+    first, again, other = (mutate.choose(40, seed, []) for seed in (1, 1, 2))
+    assert [m.diff() for m in first] == [m.diff() for m in again]
+    assert [m.diff() for m in first] != [m.diff() for m in other]
+    assert len({(m.path, m.line) for m in first}) == 40, "two mutants at one site"
+
+
+def test_every_mutant_changes_one_line_of_a_mutated_source_outside_the_fault_build():
+    mutants = mutate.choose(200, 3, [])
+    assert {m.operator for m in mutants} == {"drop", "return", "compare", "offset"}
+    for m in mutants:
+        path = ROOT / m.path
+        assert path.parent.is_relative_to(ROOT / "core" / "csrc") or \
+            path.parent.is_relative_to(ROOT / "backends" / "mock" / "csrc"), m.path
+        assert path.name not in mutate.SKIPPED, m.path
+        assert path.read_text().splitlines()[m.line - 1] == m.before
+        assert m.after != m.before and "\n" not in m.after
+        assert "ACCELKIT_FAULT" not in m.before
+
+
+def test_render_counts_only_mutants_that_ran_and_lists_survivors_with_their_diff(tmp_path):
+    chosen = mutate.choose(4, 1, [])
+    outcomes = [("killed", ["collectives.all_reduce_sum"]), ("survived", []),
+                ("stillborn", []), ("pending", [])]
+    for m, (outcome, by) in zip(chosen, outcomes, strict=True):
+        m.outcome, m.killed_by, m.seconds = outcome, by, 90.0
+    raw = {"commit": "abc1234", "torch": "2.13.0+cpu", "date": "2026-12-03 14:00 UTC",
+           "load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 2.0, 2.0], "seed": 1,
+           "world_size": 2, "mutants": [m.__dict__ for m in chosen]}
+    results = tmp_path / "mutate.json"
+    results.write_text(json.dumps(raw))
+    proc = _run("--render", str(results))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "**Score: 1 of 2 live mutants killed (50 %)**; 1 stillborn" in out
+    assert "**1 of the 4 chosen not run**" in out
+    assert "Survivors:" in out and f"`{chosen[1].path}:{chosen[1].line}`" in out
+    assert f"-{chosen[1].before}" in out and f"+{chosen[1].after}" in out
+    assert re.search(r"commit abc1234, torch 2\.13\.0\+cpu", out)
+
+
+def test_bad_options_are_refused_naming_the_option():
+    proc = _run("--mutants", "0")
+    assert proc.returncode == 2 and "--mutants must be at least 1" in proc.stderr
+    proc = _run("--list", "--file", "src/accelkit/cli.py")
+    assert proc.returncode == 1
+    assert "none of ['src/accelkit/cli.py'] is a source this script mutates" in proc.stderr
