@@ -36,6 +36,10 @@ survivors and the raw results' place into bench/README.md.
 
     python bench/mutate.py [--mutants 40] [--seed 1] [--world-size 2] [--json FILE] [--readme]
                            [--file PATH ...] [--keep DIR]
+    python bench/mutate.py --render FILE [--readme]   # the section again from a run's results
+
+The raw results are written after every mutant, so a run stopped part way still renders, with
+the mutants it did not reach counted apart.
 """
 
 from __future__ import annotations
@@ -77,7 +81,7 @@ FILE_AREAS: dict[str, tuple[str, ...]] = {
     "allocator.cpp": ("registration", "streams"),
     "context.cpp": ("registration", "devicemesh"),
     "generator.cpp": ("rng",),
-    "random.cpp": ("rng",),
+    "random.cpp": ("rng", "registration"),
     "hooks.cpp": ("registration",),
     "register.cpp": ("registration",),
     "python.cpp": ("registration", "streams"),

@@ -135,6 +135,46 @@ def accelerator_api(ctx):
                  "torch._C._get_accelerator().type")
 
 
+#: random_() with no bounds draws from [0, to], to by dtype (torch.Tensor.random_: 2^digits for
+#: floating types, every integer up to it exact; the maximum for integral ones; 1 for bool).
+_RANDOM_TO = {torch.bool: 1, torch.uint8: 255, torch.int8: 127, torch.int16: (1 << 15) - 1,
+              torch.int32: (1 << 31) - 1, torch.int64: (1 << 63) - 1, torch.float16: 1 << 11,
+              torch.bfloat16: 1 << 8, torch.float32: 1 << 24, torch.float64: 1 << 53}
+
+
+@check
+def random_ranges(ctx):
+    """The device's integer random ops draw from the ranges torch documents, reaching both
+    ends: random_() with no bounds over [0, 2^digits] for floating dtypes and [0, max] for
+    integral ones ([0, 1] for bool), whole numbers only; random_(to) over [0, to) and
+    random_(from, to) over [from, to), negative from included, every value drawn; torch.randint
+    alike (torch.Tensor.random_; aten/src/ATen/native/DistributionTemplates.h, random_impl and
+    random_from_to_impl). 16384 draws each: a range's top decile is reached unless the draws
+    are wrong."""
+    n = 1 << 14
+    for dtype, top in _RANDOM_TO.items():
+        got = torch.empty(n, dtype=dtype, device=ctx.device).random_().cpu()
+        wide = got.to(torch.float64) if dtype.is_floating_point else got.to(torch.int64)
+        low, high = wide.min().item(), wide.max().item()
+        assert 0 <= low and high <= top, (
+            f"random_() on {dtype} drew values in [{low}, {high}], outside [0, {top}]")
+        assert high >= top * 0.9, (
+            f"random_() on {dtype} drew at most {high} in {n} draws: the range is [0, {top}]")
+        if dtype.is_floating_point:
+            assert bool((wide == wide.round()).all()), f"random_() on {dtype} drew fractions"
+    for dtype in (torch.int32, torch.int64, torch.float32):
+        cases = {"random_(10)": (torch.empty(n, dtype=dtype, device=ctx.device).random_(10), 0, 10),
+                 "random_(-5, 5)": (torch.empty(n, dtype=dtype, device=ctx.device).random_(-5, 5),
+                                    -5, 5),
+                 "torch.randint(3, 9)": (torch.randint(3, 9, (n,), dtype=dtype, device=ctx.device),
+                                         3, 9)}
+        for what, (drawn, low, high) in cases.items():
+            values = sorted(int(v) for v in drawn.cpu().unique().tolist())
+            assert values == list(range(low, high)), (
+                f"{what} on {dtype} drew the values {values}, expected every one of "
+                f"{list(range(low, high))}")
+
+
 @check(requires=("accelerator",), covers=("torch.<device>.manual_seed_all",
        "torch.<device>.initial_seed", "torch.<device>._is_in_bad_fork"))
 def manual_seed_reaches_device(ctx):
@@ -305,7 +345,7 @@ def guard_restores_device(ctx):
 @check(requires=("accelerator",), covers=(
     "Runtime::copy (device to device, peer)", "Runtime::copy_async (device to device, peer)",
     "Runtime::copy_async (host to device)", "Runtime::copy_async (device to host)",
-    "Runtime::allocate_pinned / release_pinned"))
+    "Runtime::allocate_pinned / release_pinned", "guard.exchangeDevice"))
 def device_copies(ctx):
     """Tensors cross between two devices of the process, and to and from pinned host memory,
     in every way torch moves them: .to() and copy_ both ways, non_blocking, contiguous and
@@ -313,7 +353,7 @@ def device_copies(ctx):
     source; every byte arrives once the device is synchronized (a discrete device's peer copies
     are the runtime's: Runtime::copy and copy_async across devices, CUDA's cudaMemcpyPeer; an
     asynchronous device's non_blocking ones are queued: copy_async, cudaMemcpyAsync;
-    torch.Tensor.to, torch.Tensor.copy_)."""
+    torch.Tensor.to, torch.Tensor.copy_); afterwards the current device is the one it was."""
     here, other = ctx.device, _other_device(ctx)
     for nbytes in (1, 7, 4096 + 5, (4 << 20) + 3):
         src = torch.arange(nbytes, dtype=torch.uint8)
@@ -344,6 +384,9 @@ def device_copies(ctx):
         moved = (grid.to(here) * 3).to(other) + 1
     side.synchronize()
     assert_equal(moved, grid * 3 + 1, f"a copy on a side stream of {other}")
+    assert_value(torch.accelerator.current_device_index(), here.index,
+                 f"the current device after copies to and from {other} (a device guard puts "
+                 "back the device it found)")
 
 
 # Drift checks: behaviours of torch's registration surface that moved, or may move, between
