@@ -37,9 +37,13 @@ survivors and the raw results' place into bench/README.md.
     python bench/mutate.py [--mutants 40] [--seed 1] [--world-size 2] [--json FILE] [--readme]
                            [--file PATH ...] [--keep DIR]
     python bench/mutate.py --render FILE [--readme]   # the section again from a run's results
+    python bench/mutate.py --retry FILE [--readme]    # its survivors again, on the tree as it is
 
 The raw results are written after every mutant, so a run stopped part way still renders, with
-the mutants it did not reach counted apart.
+the mutants it did not reach counted apart. ``--retry`` runs a saved run's survivors again once
+checks were added for them (each mutant found by its line's text) and records which die: the
+section then shows the run's score and the score after the retry, the survivors killed on it
+with their killers.
 """
 
 from __future__ import annotations
@@ -56,7 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from _results import environment, write_section
@@ -129,6 +133,7 @@ class Mutant:
     killed_by: list[str] = field(default_factory=list)
     stage: str = ""          # where it was killed, or how far it survived
     seconds: float = 0.0
+    retried: str = ""        # the commit a survivor was run again on (--retry), if it was
 
     def diff(self) -> str:
         return "".join(difflib.unified_diff([self.before + "\n"], [self.after + "\n"],
@@ -318,20 +323,27 @@ def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work
 
 def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> str:
     counted = [m for m in mutants if m.outcome in ("killed", "survived")]
+    later = [m for m in counted if m.outcome == "killed" and m.retried]
     killed = sum(m.outcome == "killed" for m in counted)
-    score = 100.0 * killed / len(counted) if counted else 0.0
     pending = sum(m.outcome == "pending" for m in mutants)
     hours = sum(m.seconds for m in mutants) / 3600
+
+    def score(n: int) -> str:
+        return f"{n} of {len(counted)} live mutants killed ({100.0 * n / max(len(counted), 1):.0f} %)"
+
     lines = [f"`python bench/mutate.py --mutants {len(mutants)} --seed {seed} --world-size "
              f"{world_size} --json bench/results/mutate.json --readme`, commit {env['commit']}, "
              f"torch {env['torch']}, {env['date']}, load {env['load_before'][0]:.1f} before, "
              f"{env.get('load_after', [0])[0]:.1f} after, {hours:.1f} h of mutants; raw results "
              "in `bench/results/mutate.json` (`--render` rewrites this section from them).",
              "",
-             f"**Score: {killed} of {len(counted)} live mutants killed ({score:.0f} %)**; "
+             f"**Score: {score(killed - len(later))}**; "
              f"{sum(m.outcome == 'stillborn' for m in mutants)} stillborn (did not build)"
              + (f"; **{pending} of the {len(mutants)} chosen not run** (the run was stopped: "
-                "the score is of those that ran)" if pending else "") + ".",
+                "the score is of those that ran)" if pending else "") + "."
+             + (f" The survivors run again (`--retry`) at commit "
+                f"{', '.join(sorted({m.retried for m in counted if m.retried}))}, with the "
+                f"checks added for them: **{score(killed)}**." if later else ""),
              "",
              "| operator | mutants | killed | survived | stillborn |", "|---|---:|---:|---:|---:|"]
     for op in ("drop", "return", "compare", "offset"):
@@ -344,6 +356,12 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     for m in survivors:
         why = EQUIVALENT.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"
         lines += [f"- `{m.path}:{m.line}` ({m.operator}): {why}", "", "  ```diff",
+                  *[f"  {d}" for d in m.diff().splitlines()], "  ```", ""]
+    if later:
+        lines += ["Survivors of the run killed on the retry, by the checks added for them:", ""]
+    for m in later:
+        lines += [f"- `{m.path}:{m.line}` ({m.operator}): killed by "
+                  f"{', '.join(f'`{k}`' for k in m.killed_by)} ({m.stage})", "", "  ```diff",
                   *[f"  {d}" for d in m.diff().splitlines()], "  ```", ""]
     return "\n".join(lines).rstrip() + "\n"
 
@@ -370,15 +388,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     parser.add_argument("--render", type=Path, default=None, metavar="JSON",
                         help="print (with --readme: write) the section from a run's raw results")
+    parser.add_argument("--retry", type=Path, default=None, metavar="JSON",
+                        help="run a saved run's survivors again on the tree as it is now "
+                             "(after checks were added for them) and update the results")
     args = parser.parse_args(argv)
     if args.render:
-        raw = json.loads(args.render.read_text())
-        known = set(Mutant.__dataclass_fields__)
-        mutants = [Mutant(**{k: v for k, v in m.items() if k in known}) for m in raw["mutants"]]
-        text = markdown(mutants, raw, raw["seed"], raw["world_size"])
-        print(text)
-        if args.readme:
-            _write_readme(text)
+        raw = _load(args.render)
+        _report(raw, args.readme)
         return 0
     if args.mutants < 1:
         parser.error("--mutants must be at least 1")
@@ -387,38 +403,77 @@ def main(argv: list[str] | None = None) -> int:
     if dirty and not args.list:
         sys.exit(f"mutate.py: the sources have uncommitted changes; commit or stash them first "
                  f"(a mutant is written into the tree and restored from what was there):\n{dirty}")
-    mutants = choose(args.mutants, args.seed, args.file)
     if args.list:
-        for m in mutants:
+        for m in choose(args.mutants, args.seed, args.file):
             print(m.diff())
         return 0
-    env = environment()
+    if args.retry:
+        raw, results = _load(args.retry), args.retry
+        todo = [m for m in raw["mutants"] if m.outcome == "survived"]
+    else:
+        raw = {**environment(), "seed": args.seed, "world_size": args.world_size,
+               "mutants": choose(args.mutants, args.seed, args.file)}
+        results, todo = args.json, raw["mutants"]
     work = args.keep or Path(tempfile.mkdtemp(prefix="accelkit-mutate-"))
     cache = work / "cache"
     ok, log = build(cache)
     if not ok:
         sys.exit(f"mutate.py: the unmutated tree does not build:\n{log}")
-    controls = Controls(cache, args.world_size, work, args.timeout)
-    for i, m in enumerate(mutants, 1):
-        run_mutant(m, cache, controls, args.world_size, work, args.timeout)
-        print(f"[{i}/{len(mutants)}] {m.outcome:9} {m.path}:{m.line} {m.operator} "
+    controls = Controls(cache, raw["world_size"], work, args.timeout)
+    commit = environment()["commit"]
+    for i, m in enumerate(todo, 1):
+        if args.retry:
+            m.retried, line = commit, _find(m)
+            if line is None:
+                m.stage = f"its line is no longer in {m.path} at {commit}"
+                continue
+            trial = replace(m, line=line)
+            run_mutant(trial, cache, controls, raw["world_size"], work, args.timeout)
+            m.outcome, m.killed_by, m.stage = trial.outcome, trial.killed_by, trial.stage
+            m.seconds += trial.seconds
+        else:
+            run_mutant(m, cache, controls, raw["world_size"], work, args.timeout)
+        print(f"[{i}/{len(todo)}] {m.outcome:9} {m.path}:{m.line} {m.operator} "
               f"({m.seconds:.0f} s) {', '.join(m.killed_by[:3]) or m.stage}", flush=True)
-        if args.json:
-            args.json.write_text(json.dumps({**env, "seed": args.seed,
-                                             "world_size": args.world_size,
-                                             "mutants": [asdict(x) for x in mutants]}, indent=1))
-    env["load_after"] = os.getloadavg()
-    text = markdown(mutants, env, args.seed, args.world_size)
-    print(text)
-    if args.json:
-        args.json.write_text(json.dumps({**env, "seed": args.seed, "world_size": args.world_size,
-                                         "mutants": [asdict(x) for x in mutants]}, indent=1))
-    if args.readme:
-        _write_readme(text)
+        _save(raw, results)
+    if not args.retry:
+        raw["load_after"] = os.getloadavg()
+    _save(raw, results)
+    _report(raw, args.readme)
     if args.keep is None:
         shutil.rmtree(work, ignore_errors=True)
     return 0
 
+
+def _find(m: Mutant) -> int | None:
+    """The line of ``m``'s text in the tree as it is now: where it was, or the one line of the
+    file with the same text; None when the line is gone (or not one)."""
+    lines = (ROOT / m.path).read_text().splitlines()
+    if m.line <= len(lines) and lines[m.line - 1] == m.before:
+        return m.line
+    at = [n for n, text in enumerate(lines, 1) if text == m.before]
+    return at[0] if len(at) == 1 else None
+
+
+def _load(path: Path) -> dict:
+    raw = json.loads(path.read_text())
+    known = set(Mutant.__dataclass_fields__)
+    raw["mutants"] = [Mutant(**{k: v for k, v in m.items() if k in known})
+                      for m in raw["mutants"]]
+    return raw
+
+
+def _save(raw: dict, path: Path | None) -> None:
+    if path is not None:
+        path.write_text(json.dumps({**raw, "mutants": [asdict(m) for m in raw["mutants"]]},
+                                   indent=1))
+
+
+def _report(raw: dict, readme: bool) -> None:
+    text = markdown(raw["mutants"], raw, raw["seed"], raw["world_size"])
+    print(text)
+    if readme:
+        _write_readme(text)
 
 if __name__ == "__main__":
     sys.exit(main())

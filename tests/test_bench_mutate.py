@@ -43,11 +43,12 @@ def test_every_mutant_changes_one_line_of_a_mutated_source_outside_the_fault_bui
 
 
 def test_render_counts_only_mutants_that_ran_and_lists_survivors_with_their_diff(tmp_path):
-    chosen = mutate.choose(4, 1, [])
+    chosen = mutate.choose(5, 1, [])
     outcomes = [("killed", ["collectives.all_reduce_sum"]), ("survived", []),
-                ("stillborn", []), ("pending", [])]
+                ("stillborn", []), ("pending", []), ("killed", ["rng.seed_width"])]
     for m, (outcome, by) in zip(chosen, outcomes, strict=True):
         m.outcome, m.killed_by, m.seconds = outcome, by, 90.0
+    chosen[4].retried, chosen[4].stage = "def5678", "default: areas rng"
     raw = {"commit": "abc1234", "torch": "2.13.0+cpu", "date": "2026-12-03 14:00 UTC",
            "load_before": [1.0, 1.0, 1.0], "load_after": [2.0, 2.0, 2.0], "seed": 1,
            "world_size": 2, "mutants": [m.__dict__ for m in chosen]}
@@ -56,10 +57,15 @@ def test_render_counts_only_mutants_that_ran_and_lists_survivors_with_their_diff
     proc = _run("--render", str(results))
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "**Score: 1 of 2 live mutants killed (50 %)**; 1 stillborn" in out
-    assert "**1 of the 4 chosen not run**" in out
-    assert "Survivors:" in out and f"`{chosen[1].path}:{chosen[1].line}`" in out
-    assert f"-{chosen[1].before}" in out and f"+{chosen[1].after}" in out
+    assert "**Score: 1 of 3 live mutants killed (33 %)**; 1 stillborn" in out
+    assert "**1 of the 5 chosen not run**" in out
+    assert ("The survivors run again (`--retry`) at commit def5678, with the checks added for "
+            "them: **2 of 3 live mutants killed (67 %)**.") in out
+    survivors, retried = out.split("Survivors:")[1].split("killed on the retry")
+    assert f"`{chosen[1].path}:{chosen[1].line}`" in survivors
+    assert f"-{chosen[1].before}" in survivors and f"+{chosen[1].after}" in survivors
+    assert f"`{chosen[4].path}:{chosen[4].line}` ({chosen[4].operator}): killed by " \
+           "`rng.seed_width` (default: areas rng)" in retried
     assert re.search(r"commit abc1234, torch 2\.13\.0\+cpu", out)
 
 
