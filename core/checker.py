@@ -677,6 +677,11 @@ def check_copies(device_type: str, *, max_bytes: int = COPY_SIZES[-1]) -> tuple[
         copiers.append(("Runtime::copy", handle._runtime_copy))
     peer = torch.device(device_type, (index + 1) % handle.device_count())
     findings: list[Finding] = []
+
+    def settle() -> None:  # both devices' queued work done (Runtime::copy is not stream-ordered)
+        handle.synchronize(index)
+        handle.synchronize(peer.index)
+
     probes = 0
     for i, size in enumerate(sizes):
         offset = COPY_OFFSETS[i % len(COPY_OFFSETS)]
@@ -693,9 +698,9 @@ def check_copies(device_type: str, *, max_bytes: int = COPY_SIZES[-1]) -> tuple[
                     # every byte differs from the one expected: a copy that moves nothing
                     # cannot pass on what a freed buffer of the same size left behind
                     dst[offset:offset + size].copy_(torch.bitwise_not(want))
-                    handle.synchronize()
+                    settle()
                     copy(dst[offset:offset + size], src)
-                    handle.synchronize()
+                    settle()
                     got = dst[offset:offset + size].cpu()
                 except Exception as exc:
                     findings.append(Finding(
