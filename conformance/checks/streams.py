@@ -25,6 +25,10 @@ CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, requires=("accelerator",))
 
 #: Elements of the tensors whose kernels take long enough to overlap (16 MiB of float32).
 BIG = 1 << 22
+#: memory_stats()'s families of counters, each with .all.current/.peak/.allocated/.freed
+#: (c10::CachingAllocator::DeviceStats, as torch.cuda.memory_stats flattens them).
+STAT_FAMILIES = ("allocation", "segment", "active", "allocated_bytes", "reserved_bytes",
+                 "active_bytes", "requested_bytes")
 #: Kernels queued to produce a value (each adds one).
 CHAIN = 8
 
@@ -171,7 +175,9 @@ def memory_statistics(ctx):
     """The allocator's statistics as torch.cuda's: memory_reserved() >= memory_allocated()
     after frees (freed blocks may stay cached), max_memory_allocated() >= memory_allocated(),
     reset_peak_memory_stats() brings the peak to the current value, empty_cache() keeps
-    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads, and a
+    reserved >= allocated, memory_stats() has the keys torch's memory tooling reads and its
+    counters move with new tensors (allocations, active blocks, a new segment, the bytes asked
+    for exactly) and frees, and a
     tensor one byte larger than the device's memory (mem_get_info's total, the runtime's
     capacity) raises torch.OutOfMemoryError and counts in num_ooms (torch.cuda.memory_stats,
     mem_get_info)."""
@@ -193,11 +199,30 @@ def memory_statistics(ctx):
     handle.empty_cache()
     assert handle.memory_reserved() >= handle.memory_allocated(), "reserved < allocated"
     stats = handle.memory_stats()
-    wanted = {"allocated_bytes.all.current", "allocated_bytes.all.peak",
-              "reserved_bytes.all.current", "reserved_bytes.all.peak",
-              "active_bytes.all.current", "num_alloc_retries", "num_ooms"}
-    missing = sorted(wanted - set(stats))
+    wanted = {f"{family}.all.{kind}" for family in STAT_FAMILIES
+              for kind in ("current", "peak", "allocated", "freed")}
+    missing = sorted(wanted - set(stats) | {"num_alloc_retries", "num_ooms"} - set(stats))
     assert not missing, f"memory_stats() lacks {missing}"
+    # three fresh tensors, then a block that needs a new segment (the cache was just emptied)
+    more = [torch.empty(1000 + i, device=ctx.device) for i in range(3)] + [
+        torch.empty(BIG, device=ctx.device)]
+    grown = handle.memory_stats()
+    moved = {key: grown[key] - stats[key] for key in wanted}
+    for family, least in (("allocation", 4), ("active", 4), ("segment", 1),
+                          ("allocated_bytes", BIG * 4), ("active_bytes", BIG * 4),
+                          ("reserved_bytes", BIG * 4)):
+        assert moved[f"{family}.all.current"] >= least and moved[f"{family}.all.allocated"] >= least, (
+            f"after 4 new tensors (one of {BIG * 4} bytes in a new segment) memory_stats()'s "
+            f"{family}.all.current moved by {moved[f'{family}.all.current']} and .allocated by "
+            f"{moved[f'{family}.all.allocated']}, expected at least {least}")
+    requested = sum(t.numel() * 4 for t in more)
+    assert moved["requested_bytes.all.current"] == requested, (
+        f"requested_bytes.all.current moved by {moved['requested_bytes.all.current']} after "
+        f"tensors of {requested} bytes in all were asked for")
+    del more
+    freed = handle.memory_stats()
+    assert freed["allocation.all.freed"] - grown["allocation.all.freed"] == 4, (
+        "allocation.all.freed did not count the 4 tensors freed")
     del keep
     free, total = handle.mem_get_info(ctx.device)
     assert 0 < total and 0 <= free <= total, f"mem_get_info() is ({free}, {total})"
