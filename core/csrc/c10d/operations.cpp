@@ -369,7 +369,6 @@ void TransportBackend::unpack(const at::Tensor& flat, const std::vector<at::Tens
 
 TransportBackend::Job TransportBackend::reduction(const at::Tensor& in, const at::Tensor& out, const ::c10d::ReduceOp& op, Kind kind,
               const char* name, std::chrono::milliseconds timeout, int root) {
-  check_tensor(out, name);
   check_same_dtype(in, out, name);
   const auto dtype = out.scalar_type();
   CallInfo call = collective(kind, name, timeout, out);

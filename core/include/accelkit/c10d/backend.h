@@ -256,7 +256,8 @@ class TransportBackend : public ::c10d::Backend {
 
   // allreduce / reduce / reduce_scatter of `in` into `out` (the same tensor but for
   // reduce_scatter). AVG divides the SUM by the group size; PREMUL_SUM scales a copy of the
-  // input first (NCCL's definition, torch.distributed._make_nccl_premul_sum).
+  // input first (NCCL's definition, torch.distributed._make_nccl_premul_sum). The caller has
+  // checked the tensors (check_tensor, or single() / check_list for a list).
   Job reduction(const at::Tensor& in, const at::Tensor& out, const ::c10d::ReduceOp& op,
                 Kind kind, const char* name, std::chrono::milliseconds timeout, int root);
   Job reduce_scatter_base_job(const at::Tensor& output, const at::Tensor& input,
