@@ -126,6 +126,14 @@ EQUIVALENT: dict[str, str] = {
         "equivalent: every caller of TransportBackend::reduction had already checked its output "
         "tensor (single(), check_tensor in allreduce_coalesced and reduce_scatter_base_job); the "
         "redundant check is removed since",
+    "core/csrc/register.cpp:91":
+        "equivalent: a digit inside an error message's string literal; the script no longer "
+        "picks sites inside string or character literals",
+    "backends/mock/csrc/mockccl_sync.cpp:202":
+        "outside the catalogue's contract: mockccl's own detection of ranks issuing different "
+        "collectives, which no c10d backend owes (NCCL hangs; torch's ProcessGroupWrapper "
+        "detects it under TORCH_DISTRIBUTED_DEBUG=DETAIL); the mock's tests kill it "
+        "(tests/test_mockccl_failures.py, test_mismatch_raises_on_every_rank)",
 }
 
 
@@ -159,27 +167,31 @@ NOT_STATEMENTS = ("return", "using", "namespace", "typedef", "case ", "break", "
 
 
 def _candidates(text: str) -> list[tuple[str, str]]:
-    """Every (operator, mutated line) applicable to one line."""
+    """Every (operator, mutated line) applicable to one line; what a string or character
+    literal holds is text, not code (a digit of a message is no site)."""
     code = text.split("//")[0].rstrip()
+    masked = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'',
+                    lambda lit: lit.group()[0] + " " * (len(lit.group()) - 2) + lit.group()[-1],
+                    code)
     stripped = code.strip()
     indent = code[:len(code) - len(stripped)]
     found = []
     if (stripped.endswith(";") and not stripped.startswith(NOT_STATEMENTS)
-            and stripped.count("(") == stripped.count(")") and not DECLARATION.match(stripped)
+            and masked.count("(") == masked.count(")") and not DECLARATION.match(stripped)
             and ("(" in stripped or re.search(r"\+\+|--|[^=!<>]=[^=]", stripped))):
         found.append(("drop", indent + "/* dropped by bench/mutate.py */"))
     m = re.match(r"^(\s*)return\s+(.+);$", code)
     if m and m.group(2).strip() not in ("{}", "nullptr", "0", "false", "true"):
         found.append(("return", f"{m.group(1)}return {{}};"))
-    templated = re.search(r"[\w:]<|>\s*\w*\(|template|_cast<", code)
+    templated = re.search(r"[\w:]<|>\s*\w*\(|template|_cast<", masked)
     for a, b in COMPARISONS:
         if a in ("<", ">") and templated:
             continue  # a template's angle brackets, not a comparison
-        hit = re.search(rf"(?<=[\w)\] ]) {re.escape(a)} (?=[\w(!-])", code)
+        hit = re.search(rf"(?<=[\w)\] ]) {re.escape(a)} (?=[\w(!-])", masked)
         if hit:
             found.append(("compare", code[:hit.start()] + f" {b} " + code[hit.end():]))
             break
-    hit = re.search(r"(?<![\w.'\"])(\d+)(?![\w.'\"])", code)
+    hit = re.search(r"(?<![\w.'\"])(\d+)(?![\w.'\"])", masked)
     if hit and not stripped.startswith(("case ", "static_assert")):
         found.append(("offset", code[:hit.start()] + str(int(hit.group(1)) + 1) + code[hit.end():]))
     return found

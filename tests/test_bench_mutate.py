@@ -75,3 +75,11 @@ def test_bad_options_are_refused_naming_the_option():
     proc = _run("--list", "--file", "src/accelkit/cli.py")
     assert proc.returncode == 1
     assert "none of ['src/accelkit/cli.py'] is a source this script mutates" in proc.stderr
+
+
+def test_what_a_string_literal_holds_is_no_site():
+    assert mutate._candidates('      "AUTOLOAD=0 stops torch from loading it (a < b)");') == []
+    assert mutate._candidates('  if (n < 3) fail("n < 3 of 4", n);') == [
+        ("drop", "  /* dropped by bench/mutate.py */"),
+        ("compare", '  if (n >= 3) fail("n < 3 of 4", n);'),
+        ("offset", '  if (n < 4) fail("n < 3 of 4", n);')]
