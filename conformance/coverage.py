@@ -125,6 +125,8 @@ TRANSPORT: dict[str, str] = {
     "Transport::allgather <- all_gather": "a list of outputs, packed",
     "Transport::allgather <- all_gather_single": "one flat output (_allgather_base)",
     "Transport::allgather <- allgather_into_tensor_coalesced": "several flat outputs, coalesced",
+    "Transport::allgather <- all_gather_coalesced": "an output list per rank, a tensor per "
+                                                    "input, coalesced (the legacy call)",
     "Transport::gather <- gather": "the root's list of outputs",
     "Transport::scatter <- scatter": "the root's list of inputs, packed",
     "Transport::reduce_scatter <- reduce_scatter": "a list of inputs, packed",
@@ -139,6 +141,34 @@ TRANSPORT: dict[str, str] = {
     "Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv": "a peer and a tag",
     "Transport::recv_any <- recv(src=None)": "a tag; the peer comes back",
     "Transport::abort <- a collective past its timeout": "the group's failure, everywhere",
+}
+
+#: Each collective of c10d::Backend that accelkit's glue implements (TransportBackend,
+#: core/include/accelkit/c10d/backend.h) -> the rows of :data:`TRANSPORT` it reaches: every
+#: entry point of c10d into the transport is a row (tests/test_coverage.py reads the header).
+ENTRY_POINTS: dict[str, tuple[str, ...]] = {
+    "barrier": ("Transport::barrier <- barrier(device_ids)",
+                "Transport::barrier <- barrier of a bound group"),
+    "broadcast": ("Transport::broadcast <- broadcast",),
+    "allreduce": ("Transport::allreduce <- all_reduce",),
+    "allreduce_coalesced": ("Transport::allreduce <- allreduce_coalesced",),
+    "reduce": ("Transport::reduce <- reduce",),
+    "allgather": ("Transport::allgather <- all_gather",),
+    "_allgather_base": ("Transport::allgather <- all_gather_single",),
+    "allgather_coalesced": ("Transport::allgather <- all_gather_coalesced",),
+    "allgather_into_tensor_coalesced": ("Transport::allgather <- allgather_into_tensor_coalesced",),
+    "gather": ("Transport::gather <- gather",),
+    "scatter": ("Transport::scatter <- scatter",),
+    "reduce_scatter": ("Transport::reduce_scatter <- reduce_scatter",),
+    "_reduce_scatter_base": ("Transport::reduce_scatter <- reduce_scatter_single",),
+    "reduce_scatter_tensor_coalesced": (
+        "Transport::reduce_scatter <- reduce_scatter_tensor_coalesced",),
+    "alltoall_base": ("Transport::alltoall <- all_to_all_single (equal splits)",
+                      "Transport::alltoall <- all_to_all_single (uneven splits)"),
+    "alltoall": ("Transport::alltoall <- all_to_all",),
+    "send": ("Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv",),
+    "recv": ("Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv",),
+    "recvAnysource": ("Transport::recv_any <- recv(src=None)",),
 }
 
 #: The seams' methods no check can observe, each with why; every other method of the seams'

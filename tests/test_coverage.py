@@ -80,3 +80,21 @@ def test_every_method_of_the_seams_is_a_row_or_said_unobservable(prefix):
     assert declared == _methods_in_table(prefix), (
         f"{path.name}: not in the table {sorted(declared - _methods_in_table(prefix))}; in the "
         f"table but not the seam {sorted(_methods_in_table(prefix) - declared)}")
+
+
+def test_every_collective_of_the_glue_reaches_the_table():
+    """Each c10d::Backend collective TransportBackend implements (backend.h) is an entry point
+    of coverage.ENTRY_POINTS, whose rows are in the transport table, and every row of that
+    table but the abort is reached from one: a collective added to the glue needs its row and
+    a check."""
+    import re
+
+    header = ROOT / "core" / "include" / "accelkit" / "c10d" / "backend.h"
+    declared = set(re.findall(r"Work> (\w+)\([^;{]*?\)\s*override", header.read_text()))
+    assert declared == set(coverage.ENTRY_POINTS), (
+        f"in backend.h, not ENTRY_POINTS: {sorted(declared - set(coverage.ENTRY_POINTS))}; "
+        f"in ENTRY_POINTS only: {sorted(set(coverage.ENTRY_POINTS) - declared)}")
+    reached = {row for rows in coverage.ENTRY_POINTS.values() for row in rows}
+    assert reached <= set(coverage.TRANSPORT), sorted(reached - set(coverage.TRANSPORT))
+    assert set(coverage.TRANSPORT) - reached == {
+        "Transport::abort <- a collective past its timeout"}

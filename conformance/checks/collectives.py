@@ -648,13 +648,16 @@ def device_barrier(ctx):
 
 @check(covers=("Transport::allreduce <- allreduce_coalesced",
                "Transport::allgather <- allgather_into_tensor_coalesced",
+               "Transport::allgather <- all_gather_coalesced",
                "Transport::reduce_scatter <- reduce_scatter_tensor_coalesced"))
 def coalesced(ctx):
     """Coalesced collectives, as FSDP1 and DDP's gradient buckets issue them: all_reduce,
     all_gather_single and reduce_scatter_single inside torch.distributed._coalescing_manager
     (the backend's allreduce_coalesced, allgather_into_tensor_coalesced and
     reduce_scatter_tensor_coalesced), on three tensors of different shapes (one empty),
-    synchronous and async_ops=True: each result is what the separate call gives."""
+    synchronous and async_ops=True, and the legacy torch.distributed.all_gather_coalesced
+    (the backend's allgather_coalesced; outputs[r][i] is rank r's input i, as its docstring
+    and ProcessGroupGloo have it): each result is what the separate call gives."""
     from torch.distributed.distributed_c10d import _coalescing_manager
 
     ws, sizes = ctx.world_size, ((3, 5), (0,), (257,))
@@ -690,6 +693,18 @@ def coalesced(ctx):
             total = torch.stack([x.repeat(ws, *[1] * (x.dim() - 1)) for x in every[i]]).sum(0)
             assert_equal(out, total.chunk(ws)[ctx.rank] if total.numel() else total[:0],
                          f"coalesced reduce_scatter_single {i} (async_ops={async_ops})")
+        # one output list per rank, one tensor per input in each (the call's documented layout)
+        lists = [[torch.empty(e[0].shape, device=ctx.device) for e in every] for _ in range(ws)]
+        with warnings.catch_warnings():  # torch marks the call deprecated, not removed
+            warnings.simplefilter("ignore", FutureWarning)
+            work = dist.all_gather_coalesced(lists, [e[ctx.rank].to(ctx.device, copy=True)
+                                                     for e in every], async_op=async_ops)
+        if async_ops:
+            work.wait()
+        for r, outs in enumerate(lists):
+            for i, out in enumerate(outs):
+                assert_equal(out, every[i][r], f"all_gather_coalesced: rank {r}'s input {i} "
+                             f"(async_op={async_ops})")
 
 
 @check(covers=("async_op=True",))

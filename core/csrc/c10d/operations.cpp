@@ -70,17 +70,29 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::allgather(std::vector<std::ve
 c10::intrusive_ptr<::c10d::Work> TransportBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const ::c10d::AllgatherOptions& opts) {
-  TORCH_CHECK(outputs.size() == inputs.size(), name_, ": allgather_coalesced got ",
-              inputs.size(), " inputs but ", outputs.size(), " output lists");
+  // outputs[r][i] receives rank r's inputs[i] (torch.distributed.all_gather_coalesced's layout,
+  // ProcessGroupGloo::allgather_coalesced's): one list per rank, one tensor per input.
+  TORCH_CHECK(!inputs.empty(), name_, ": allgather_coalesced needs at least one input");
+  TORCH_CHECK(outputs.size() == static_cast<size_t>(size_), name_, ": allgather_coalesced takes "
+              "one output list per rank (", size_, "), each with one tensor per input, got ",
+              outputs.size(), " lists");
+  for (size_t r = 0; r < outputs.size(); ++r) {
+    TORCH_CHECK(outputs[r].size() == inputs.size(), name_, ": allgather_coalesced: the output "
+                "list for rank ", r, " has ", outputs[r].size(), " tensors for ", inputs.size(),
+                " inputs");
+  }
   std::vector<Job> jobs;
   std::vector<at::Tensor> all_outputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
     check_tensor(inputs[i], "allgather_coalesced");
-    check_list(outputs[i], inputs[i], size_, "allgather_coalesced", "output");
+    std::vector<at::Tensor> gathered;  // inputs[i] of every rank
+    gathered.reserve(outputs.size());
+    for (const auto& per_rank : outputs) gathered.push_back(per_rank[i]);
+    check_list(gathered, inputs[i], size_, "allgather_coalesced", "output");
     jobs.push_back(
-        gather_job(outputs[i], inputs[i], Kind::kAllgather, "allgather_coalesced", opts.timeout,
+        gather_job(gathered, inputs[i], Kind::kAllgather, "allgather_coalesced", opts.timeout,
                    -1));
-    all_outputs.insert(all_outputs.end(), outputs[i].begin(), outputs[i].end());
+    all_outputs.insert(all_outputs.end(), gathered.begin(), gathered.end());
   }
   return enqueue_all(::c10d::OpType::ALLGATHER_COALESCED, std::move(jobs), all_outputs);
 }
