@@ -29,9 +29,10 @@ then the file is restored (also when the run is interrupted). A mutant is
                run of the same mode passed
     survived   nothing changed
 
-The score is killed / (killed + survived). Each survivor is listed with its diff; one that no
-check can kill because no behaviour differs is explained in :data:`EQUIVALENT`
-(``file:line`` -> why), the others are work for the catalogue. ``--readme`` writes the score, the
+The score is killed / (killed + survived). Each survivor is listed with its diff; one that is
+not work for the catalogue is explained in :data:`EXPLAINED` (``file:line`` -> why: an
+equivalent mutant, behaviour outside what a backend owes, or code since rewritten), the
+others are work for the catalogue. ``--readme`` writes the score, the
 survivors and the raw results' place into bench/README.md.
 
     python bench/mutate.py [--mutants 40] [--seed 1] [--world-size 2] [--json FILE] [--readme]
@@ -119,9 +120,9 @@ MODES: dict[str, dict[str, str]] = {
 #: Outcomes that kill a mutant (where the control passed).
 KILLING = {"fail", "error", "timeout", "crash", "xpass"}
 
-#: Survivors no check can kill, by ``path:line`` (relative to the repository) and the mutated
-#: text: why the mutant behaves as the original does.
-EQUIVALENT: dict[str, str] = {
+#: Survivors that are not work for the catalogue, by ``path:line`` (relative to the repository,
+#: at the run's commit): why.
+EXPLAINED: dict[str, str] = {
     "core/csrc/c10d/operations.cpp:372":
         "equivalent: every caller of TransportBackend::reduction had already checked its output "
         "tensor (single(), check_tensor in allreduce_coalesced and reduce_scatter_base_job); the "
@@ -134,6 +135,11 @@ EQUIVALENT: dict[str, str] = {
         "collectives, which no c10d backend owes (NCCL hangs; torch's ProcessGroupWrapper "
         "detects it under TORCH_DISTRIBUTED_DEBUG=DETAIL); the mock's tests kill it "
         "(tests/test_mockccl_failures.py, test_mismatch_raises_on_every_rank)",
+    "core/csrc/c10d/operations.cpp:73":
+        "a real bug behind it: no check called torch.distributed.all_gather_coalesced, and the "
+        "glue took its outputs transposed (a list per input, where torch and gloo take a list "
+        "per rank); the function is rewritten and collectives.coalesced calls it, failing on "
+        "the old code",
 }
 
 
@@ -373,7 +379,7 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     survivors = [m for m in mutants if m.outcome == "survived"]
     lines += ["", "Survivors:" if survivors else "No survivor.", ""]
     for m in survivors:
-        why = EQUIVALENT.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"
+        why = EXPLAINED.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"
         lines += [f"- `{m.path}:{m.line}` ({m.operator}): {why}", "", "  ```diff",
                   *[f"  {d}" for d in m.diff().splitlines()], "  ```", ""]
     if later:
