@@ -233,7 +233,8 @@ def _batch_sizes(ws: int) -> list[int]:
 def sync_batch_norm(ctx):
     """torch.nn.SyncBatchNorm on the device, ranks holding uneven slices of the batch (one
     empty from 4 ranks): the output and input gradient of each slice, the running statistics
-    and the weight and bias gradients summed over ranks equal BatchNorm2d's on the whole batch
+    (updated from values other than the defaults, so that the momentum's blend of old and new
+    shows) and the weight and bias gradients summed over ranks equal BatchNorm2d's on the whole batch
     on one device (within TOL). SyncBatchNorm gathers each rank's statistics and count
     (torch/nn/modules/_functions.py) and runs batch_norm_stats, batch_norm_gather_stats_with_counts,
     batch_norm_elemt and the backward's batch_norm_backward_reduce/_elemt, which torch has for
@@ -250,6 +251,10 @@ def sync_batch_norm(ctx):
         with torch.no_grad():
             norm.weight.copy_(host_tensor((channels,), 62) + 1)
             norm.bias.copy_(host_tensor((channels,), 63))
+            # running statistics that are not the defaults (0 and 1): the update's blend of
+            # old and new, (1 - momentum) * old + momentum * batch, shows in both
+            norm.running_mean.copy_(host_tensor((channels,), 64))
+            norm.running_var.copy_(host_tensor((channels,), 65).abs() + 0.5)
         inp = inp.to(ctx.device).requires_grad_()
         out = norm(inp)
         out.backward(grad.to(ctx.device))
