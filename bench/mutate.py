@@ -41,8 +41,8 @@ survivors and the raw results' place into bench/README.md.
     python bench/mutate.py --retry FILE [--readme]    # its survivors again, on the tree as it is
 
 The raw results are written after every mutant, so a run stopped part way still renders, with
-the mutants it did not reach counted apart. ``--retry`` runs a saved run's survivors again once
-checks were added for them (each mutant found by its line's text) and records which die: the
+the mutants it did not reach counted apart. ``--retry`` runs a saved run's survivors that
+:data:`EXPLAINED` does not explain again once checks were added for them (each mutant found by its line's text) and records which die: the
 section then shows the run's score and the score after the retry, the survivors killed on it
 with their killers.
 """
@@ -414,8 +414,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render", type=Path, default=None, metavar="JSON",
                         help="print (with --readme: write) the section from a run's raw results")
     parser.add_argument("--retry", type=Path, default=None, metavar="JSON",
-                        help="run a saved run's survivors again on the tree as it is now "
-                             "(after checks were added for them) and update the results")
+                        help="run a saved run's unexplained survivors again on the tree as it "
+                             "is now (after checks were added for them) and update the results")
     args = parser.parse_args(argv)
     if args.render:
         raw = _load(args.render)
@@ -434,7 +434,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.retry:
         raw, results = _load(args.retry), args.retry
-        todo = [m for m in raw["mutants"] if m.outcome == "survived"]
+        todo = [m for m in raw["mutants"]
+                if m.outcome == "survived" and f"{m.path}:{m.line}" not in EXPLAINED]
     else:
         raw = {**environment(), "seed": args.seed, "world_size": args.world_size,
                "mutants": choose(args.mutants, args.seed, args.file)}
