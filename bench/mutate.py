@@ -42,9 +42,9 @@ survivors and the raw results' place into bench/README.md.
 
 The raw results are written after every mutant, so a run stopped part way still renders, with
 the mutants it did not reach counted apart. ``--retry`` runs a saved run's survivors that
-:data:`EXPLAINED` does not explain again once checks were added for them (each mutant found by its line's text) and records which die: the
-section then shows the run's score and the score after the retry, the survivors killed on it
-with their killers.
+:data:`EXPLAINED` does not explain again once checks were added for them (each mutant found by
+its line's text) and records which die: the section then shows the run's score and the score
+after the retry, the survivors killed on it with their killers.
 """
 
 from __future__ import annotations
