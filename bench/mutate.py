@@ -140,6 +140,11 @@ EXPLAINED: dict[str, str] = {
         "glue took its outputs transposed (a list per input, where torch and gloo take a list "
         "per rank); the function is rewritten and collectives.coalesced calls it, failing on "
         "the old code",
+    "backends/mock/csrc/mockccl_sync.cpp:176":
+        "equivalent for what a backend owes: after another rank aborted the group, each later "
+        "call still raises DistBackendError naming that rank and its reason (check_aborted reads "
+        "the group's shared abort record every time); only the wording differs from the "
+        "remembered failure's",
 }
 
 
