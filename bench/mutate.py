@@ -145,6 +145,10 @@ EXPLAINED: dict[str, str] = {
         "call still raises DistBackendError naming that rank and its reason (check_aborted reads "
         "the group's shared abort record every time); only the wording differs from the "
         "remembered failure's",
+    "core/csrc/kernels.cpp:135":
+        "equivalent: `t.set_(t)` without its shortcut sets the tensor to its own storage, offset, "
+        "sizes and strides, which changes nothing (the shortcut saves the work, as ATen's "
+        "set_ does)",
 }
 
 
