@@ -368,7 +368,8 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     lines = [f"`python bench/mutate.py --mutants {len(mutants)} --seed {seed} --world-size "
              f"{world_size} --json bench/results/mutate.json --readme`, commit {env['commit']}, "
              f"torch {env['torch']}, {env['date']}, load {env['load_before'][0]:.1f} before, "
-             f"{env.get('load_after', [0])[0]:.1f} after, {hours:.1f} h of mutants; raw results "
+             + (f"{env['load_after'][0]:.1f} after" if "load_after" in env else "stopped part way")
+             + f", {hours:.1f} h of mutants; raw results "
              "in `bench/results/mutate.json` (`--render` rewrites this section from them).",
              "",
              f"**Score: {score(killed - len(later))}**; "
