@@ -149,6 +149,10 @@ EXPLAINED: dict[str, str] = {
         "equivalent: `t.set_(t)` without its shortcut sets the tensor to its own storage, offset, "
         "sizes and strides, which changes nothing (the shortcut saves the work, as ATen's "
         "set_ does)",
+    "backends/mock/csrc/mockccl.cpp:84":
+        "outside the catalogue's contract: the lower bound of one of the mock's settings "
+        "(ACCELKIT_MOCKCCL_KEPT_BYTES); the mock's tests kill it, the refusal naming the range "
+        "(tests/test_mockccl_failures.py, test_bad_transport_sizes_are_refused_naming_the_setting)",
 }
 
 
