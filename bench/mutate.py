@@ -333,11 +333,22 @@ def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work
     lines = original.splitlines(keepends=True)
     assert lines[m.line - 1].rstrip("\n") == m.before, f"{m.path}:{m.line} changed since chosen"
     lines[m.line - 1] = m.after + "\n"
+    mutated = "".join(lines)
     started = time.monotonic()
     previous = signal.getsignal(signal.SIGINT)
+
+    def control(mode: str, selection: tuple[str, ...] | None) -> dict[str, str]:
+        # the control runs the unmutated tree: the original text back selects its build,
+        # which the cache (keyed by the sources' content) still holds
+        path.write_text(original)
+        try:
+            return controls.get(mode, selection)
+        finally:
+            path.write_text(mutated)
+
     try:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        path.write_text("".join(lines))
+        path.write_text(mutated)
         ok, log = build(cache)
         if not ok:
             m.outcome, m.stage = "stillborn", log.strip().splitlines()[-1][:200] if log else "build"
@@ -347,7 +358,7 @@ def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work
         stages += [(mode, areas) for mode in MODES if mode != "default"]
         for mode, selection in stages:
             run = catalogue(cache, mode, selection, world_size, work / "mutant", timeout)
-            found = killers(run, controls.get(mode, selection))
+            found = killers(run, control(mode, selection))
             if found:
                 m.outcome, m.killed_by = "killed", found
                 m.stage = f"{mode}: {'areas ' + ', '.join(selection) if selection else 'catalogue'}"

@@ -83,3 +83,26 @@ def test_what_a_string_literal_holds_is_no_site():
         ("drop", "  /* dropped by bench/mutate.py */"),
         ("compare", '  if (n >= 3) fail("n < 3 of 4", n);'),
         ("offset", '  if (n < 4) fail("n < 3 of 4", n);')]
+
+
+def test_the_control_runs_the_unmutated_tree_and_the_file_is_restored(monkeypatch, tmp_path):
+    """A check that fails with the mutant in the tree kills it only where the control, run with
+    the original text back in place, passed; the file ends as it began."""
+    source = tmp_path / "core" / "csrc" / "x.cpp"
+    source.parent.mkdir(parents=True)
+    source.write_text("int f() {\n  g();\n  return 1;\n}\n")
+    m = mutate.Mutant("core/csrc/x.cpp", 2, "drop", "  g();", "  /* dropped by bench/mutate.py */")
+    seen = []
+
+    def catalogue(cache, mode, areas, world_size, out, timeout):
+        mutated = source.read_text().splitlines()[1] == m.after
+        seen.append((out.name, mode, mutated))
+        return {"registration.x@2": "fail" if mutated else "pass"}
+
+    monkeypatch.setattr(mutate, "ROOT", tmp_path)
+    monkeypatch.setattr(mutate, "build", lambda cache: (True, ""))
+    monkeypatch.setattr(mutate, "catalogue", catalogue)
+    mutate.run_mutant(m, tmp_path, mutate.Controls(tmp_path, 2, tmp_path, 10), 2, tmp_path, 10)
+    assert (m.outcome, m.killed_by) == ("killed", ["registration.x@2"])
+    assert seen == [("mutant", "default", True), ("control", "default", False)]
+    assert source.read_text() == "int f() {\n  g();\n  return 1;\n}\n"
