@@ -392,8 +392,8 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
              + (f"; **{pending} of the {len(mutants)} chosen not run** (the run was stopped: "
                 "the score is of those that ran)" if pending else "") + "."
              + (f" The survivors run again (`--retry`) at commit "
-                f"{', '.join(sorted({m.retried for m in counted if m.retried}))}, with the "
-                f"checks added for them: **{score(killed)}**." if later else ""),
+                f"{', '.join(sorted({m.retried for m in counted if m.retried}))}: "
+                f"**{score(killed)}**." if later else ""),
              "",
              "| operator | mutants | killed | survived | stillborn |", "|---|---:|---:|---:|---:|"]
     for op in ("drop", "return", "compare", "offset"):
@@ -408,7 +408,7 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
         lines += [f"- `{m.path}:{m.line}` ({m.operator}): {why}", "", "  ```diff",
                   *[f"  {d}" for d in m.diff().splitlines()], "  ```", ""]
     if later:
-        lines += ["Survivors of the run killed on the retry, by the checks added for them:", ""]
+        lines += ["Survivors of the run killed on the retry:", ""]
     for m in later:
         lines += [f"- `{m.path}:{m.line}` ({m.operator}): killed by "
                   f"{', '.join(f'`{k}`' for k in m.killed_by)} ({m.stage})", "", "  ```diff",

@@ -59,8 +59,8 @@ def test_render_counts_only_mutants_that_ran_and_lists_survivors_with_their_diff
     out = proc.stdout
     assert "**Score: 1 of 3 live mutants killed (33 %)**; 1 stillborn" in out
     assert "**1 of the 5 chosen not run**" in out
-    assert ("The survivors run again (`--retry`) at commit def5678, with the checks added for "
-            "them: **2 of 3 live mutants killed (67 %)**.") in out
+    assert ("The survivors run again (`--retry`) at commit def5678: **2 of 3 live mutants "
+            "killed (67 %)**.") in out
     survivors, retried = out.split("Survivors:")[1].split("killed on the retry")
     assert f"`{chosen[1].path}:{chosen[1].line}`" in survivors
     assert f"-{chosen[1].before}" in survivors and f"+{chosen[1].after}" in survivors
