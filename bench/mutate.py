@@ -67,6 +67,9 @@ from pathlib import Path
 from _results import environment, write_section
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests" / "fixtures"))
+
+import mutant_faults  # noqa: E402  (tests/fixtures)
 
 #: The source folders mutated, and the files left alone (the fault build's own code, compiled
 #: out of the build under test).
@@ -110,12 +113,9 @@ FILE_AREAS: dict[str, tuple[str, ...]] = {
 MOCKCCL_AREAS = ("collectives", "devicemesh")
 DEFAULT_AREAS = ("registration", "collectives", "dtensor", "streams", "rng")
 
-#: The mock's modes a survivor is also run in (on top of the default).
-MODES: dict[str, dict[str, str]] = {
-    "default": {},
-    "discrete": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0"},
-    "async": {"ACCELKIT_MOCK_ASYNC": "1"},
-}
+#: The mock's modes (the fault matrix's, tests/fixtures/mutant_faults.py): a survivor is also
+#: run in each beyond the default.
+MODES = mutant_faults.MODES
 
 #: Outcomes that kill a mutant (where the control passed).
 KILLING = {"fail", "error", "timeout", "crash", "xpass"}

@@ -331,8 +331,9 @@ class MockRuntime final : public accelkit::Runtime {
     // as a rank's own, which is LOCAL_RANK's only then); ACCELKIT_MOCK_DEVICES overrides it.
     if (const char* local = std::getenv("LOCAL_WORLD_SIZE");
         local != nullptr && std::getenv("TORCHELASTIC_RUN_ID") != nullptr) {
-      const long n = std::strtol(local, nullptr, 10);
-      if (n >= 1 && n <= 64) devices_ = static_cast<int>(n);
+      char* end = nullptr;
+      const long n = std::strtol(local, &end, 10);
+      if (end != local && *end == '\0' && n >= 1 && n <= 64) devices_ = static_cast<int>(n);
     }
     if (const char* env = std::getenv("ACCELKIT_MOCK_DEVICES")) {
       char* end = nullptr;
