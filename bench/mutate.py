@@ -442,6 +442,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="run a saved run's unexplained survivors again on the tree as it "
                              "is now (after checks were added for them) and update the results")
     args = parser.parse_args(argv)
+    for option, saved in (("--render", args.render), ("--retry", args.retry)):
+        if saved is not None and not saved.is_file():
+            parser.error(f"{option} {saved}: no such file; give the raw results a run wrote "
+                         "with --json (bench/results/mutate.json)")
     if args.render:
         raw = _load(args.render)
         _report(raw, args.readme)

@@ -75,6 +75,10 @@ def test_bad_options_are_refused_naming_the_option():
     proc = _run("--list", "--file", "src/accelkit/cli.py")
     assert proc.returncode == 1
     assert "none of ['src/accelkit/cli.py'] is a source this script mutates" in proc.stderr
+    for option in ("--render", "--retry"):
+        proc = _run(option, "no-such-results.json")
+        assert proc.returncode == 2 and f"{option} no-such-results.json: no such file; give the " \
+            "raw results a run wrote with --json" in proc.stderr, proc.stderr
 
 
 def test_what_a_string_literal_holds_is_no_site():
