@@ -94,6 +94,11 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
     ok = torch.full((5,), float(rank), device=dev)
     dist.all_reduce(ok, group=mixed)
     seen["after_mismatch"] = ok.cpu().tolist()
+    # all_gather_coalesced's outputs as one list per input (torch's layout is one per rank):
+    # refused on every rank alike, before anything is sent
+    seen["coalesced_layout"] = _outcome(lambda: dist.all_gather_coalesced(
+        [[torch.empty(2, device=dev) for _ in range(WORLD)]], [torch.ones(2, device=dev)],
+        group=mixed))
 
     # A receive of the wrong size raises naming both sizes, and the message stays for the
     # receive of the right size: through shared memory and over TCP alike.
@@ -275,6 +280,15 @@ def test_mismatch_raises_on_every_rank(scenario, name):
             seen["message"], seen
         for text in MISMATCH_TEXT[name]:
             assert text in seen["message"], (text, seen["message"])
+
+
+def test_all_gather_coalesced_in_the_wrong_layout_is_refused_naming_it(scenario):
+    results, _, _ = scenario
+    for rank in range(WORLD):
+        seen = results[rank]["coalesced_layout"]
+        assert seen["raised"] is not None, (rank, seen)
+        assert (f"allgather_coalesced takes one output list per rank ({WORLD}), each with one "
+                "tensor per input, got 1 lists") in seen["message"], seen
 
 
 def test_alltoall_split_mismatch_names_both_ranks(scenario):
