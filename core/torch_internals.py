@@ -104,6 +104,8 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "registration: c10d's Backend.Options (the options-cache drift check)"),
     PrivateAPI("torch._has_compatible_shallow_copy_type",
                "registration: Module.to keeps parameter identity"),
+    PrivateAPI(f"{_C10D}._coalescing_manager",
+               "collectives: coalesced collectives, the way FSDP and DDP issue them"),
     PrivateAPI("torch.distributed._functional_collectives", "collectives: functional forms"),
     PrivateAPI("torch.distributed._make_nccl_premul_sum", "training: FSDP2's divide factor"),
     PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_collectives",
