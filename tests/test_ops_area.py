@@ -137,6 +137,27 @@ else:
         assert rows[0]["status"] == "error" and "NotImplementedError" in rows[0]["detail"]
         assert "no sgn kernel on this device" in rows[0]["detail"]
 
+    def test_a_result_left_on_the_host_fails_its_row_though_its_values_are_right():
+        """A kernel whose result stays on the CPU (as a boxed fallback that forgets to move a
+        returned list back would leave it) is a failing row naming the output and its device;
+        the foreach ops, which return lists, are rows of their own family."""
+        (norm,) = _opinfo.check_op(_op("_foreach_norm"), DEVICE, dtypes=(torch.float32,), which="quick")
+        assert norm["status"] == "pass", norm
+        assert _opinfo.family(_op("_foreach_norm")) == "foreach"
+
+        def on_host(self, ord=2, dtype=None):
+            return [torch.linalg.vector_norm(t.cpu(), ord, dtype=dtype) for t in self]
+
+        lib = torch.library.Library("aten", "IMPL")
+        try:
+            lib.impl("_foreach_norm.Scalar", on_host, "PrivateUse1")
+            (norm,) = _opinfo.check_op(_op("_foreach_norm"), DEVICE, dtypes=(torch.float32,),
+                                       which="quick")
+        finally:
+            lib._destroy()
+        assert norm["status"] == "fail", norm
+        assert "output 0 is on cpu, not on the mock device" in norm["detail"]
+
     def test_random_ops_and_torchs_own_skips_are_skipped_with_the_reason():
         """Ops that draw random numbers (an aten op tagged nondeterministic_seeded) and ops
         torch's test_compare_cpu skips are skipped rows that say why."""

@@ -74,10 +74,14 @@ def level() -> str:
 
 @functools.cache
 def op_db() -> tuple:
-    """torch's OpInfos, by full name (``name.variant``), sorted (imported once per process)."""
-    from torch.testing._internal.common_methods_invocations import op_db as db
+    """torch's OpInfos, by full name (``name.variant``), sorted (imported once per process):
+    ``op_db`` and the ``torch._foreach_*`` ops of the ``foreach_*_op_db`` lists beside it
+    (what optimizers' foreach paths and gradient clipping call, each returning a list)."""
+    from torch.testing._internal import common_methods_invocations as cmi
 
-    return tuple(sorted(db, key=full_name))
+    foreach = (cmi.foreach_unary_op_db + cmi.foreach_binary_op_db + cmi.foreach_pointwise_op_db
+               + cmi.foreach_reduce_op_db + cmi.foreach_other_op_db)
+    return tuple(sorted(cmi.op_db + foreach, key=full_name))
 
 
 def op_names() -> set[str]:
@@ -91,9 +95,11 @@ def full_name(op) -> str:
 
 def family(op) -> str:
     """Which ``ops`` check an OpInfo belongs to: ``unary``, ``binary``, ``reductions``, ``nn``,
-    ``linalg`` (linalg, fft, special) or ``other``."""
+    ``linalg`` (linalg, fft, special), ``foreach`` or ``other``."""
     from torch.testing._internal.opinfo.core import BinaryUfuncInfo, ReductionOpInfo, UnaryUfuncInfo
 
+    if op.name.startswith("_foreach_"):
+        return "foreach"
     if op.name.startswith("nn.functional.") or op.name.startswith("nn."):
         return "nn"
     if op.name.startswith(("linalg.", "fft.", "special.")):
@@ -190,10 +196,16 @@ def _first_difference(actual: torch.Tensor, expected: torch.Tensor, tolerance: f
     return None
 
 
-def _compare(what: str, actual, expected, tolerance: float) -> str | None:
+def _compare(what: str, actual, expected, tolerance: float, device: torch.device) -> str | None:
+    """None if the device's results are on ``device``'s type and equal the CPU's, else the
+    first difference: a result left on another device (the host, say) is wrong even when its
+    values are right."""
     got, want = _tensors(actual), _tensors(expected)
     if len(got) != len(want):
         return f"{what}: {len(got)} tensors, the CPU gives {len(want)}"
+    for i, a in enumerate(got):
+        if a.device.type != device.type:
+            return f"{what} {i} is on {a.device}, not on the {device.type} device"
     for i, (a, e) in enumerate(zip(got, want, strict=True)):
         diff = _first_difference(a, e, tolerance)
         if diff is not None:
@@ -245,7 +257,7 @@ def _case(op, sample, device: torch.device, tolerance: float, backward: bool,
         dev_inputs, dev_out = _call(op, sample.transform(_leaf))
     except Exception as exc:  # noqa: BLE001 (what the device raised is the row's result)
         return f"error: {_first_line(exc)}", set()
-    diff = _compare("output", dev_out, cpu_out, tolerance)
+    diff = _compare("output", dev_out, cpu_out, tolerance, device)
     if diff is not None or not backward:
         return diff, set()
     want = _backward(cpu_inputs, cpu_out, seed, torch.device("cpu"))
@@ -255,7 +267,7 @@ def _case(op, sample, device: torch.device, tolerance: float, backward: bool,
         return f"error in backward: {_first_line(exc)}", set()
     got = [g for g in got if g is not None]
     want = [g for g in want if g is not None]
-    return _compare("gradient", got, want, tolerance), set()
+    return _compare("gradient", got, want, tolerance, device), set()
 
 
 def _samples(op, device: torch.device, dtype: torch.dtype, requires_grad: bool,

@@ -3,7 +3,7 @@ on the device under test against the CPU, as torch's ``TestCommon.test_compare_c
 (test/test_ops.py) checks CUDA: each op's sample inputs, forward and, where the OpInfo
 supports autograd, backward, in float32, float16, bfloat16, int64, bool and complex64 where the
 OpInfo declares them (:mod:`accelkit.conformance.checks._opinfo` says how, and which ops torch
-itself leaves out). One check per family of ops; the ranks split each family's ops between
+itself leaves out), every result on the device. One check per family of ops; the ranks split each family's ops between
 them (each op runs on one rank, on its own device), so a check's time shrinks with the ranks.
 
 Every op x dtype is a row of the report's op table: which ops, which dtypes, how many samples,
@@ -72,6 +72,15 @@ def linalg(ctx):
     """torch.linalg, torch.fft and torch.special ops equal the CPU's (with the OpInfo's own
     output processing where results are defined up to sign or phase)."""
     return _family(ctx, "linalg")
+
+
+@check
+def foreach(ctx):
+    """The ``torch._foreach_*`` ops (torch.testing's ``foreach_*_op_db``: what optimizers'
+    foreach paths and ``clip_grad_norm_`` call) equal the CPU's, and every tensor of the list
+    each returns is on the device: a list result the boxed CPU fallback leaves on the host is
+    wrong even where its values are right."""
+    return _family(ctx, "foreach")
 
 
 @check
