@@ -39,12 +39,15 @@ survivors and the raw results' place into bench/README.md.
                            [--file PATH ...] [--keep DIR]
     python bench/mutate.py --render FILE [--readme]   # the section again from a run's results
     python bench/mutate.py --retry FILE [--readme]    # its survivors again, on the tree as it is
+    python bench/mutate.py --resume FILE [--readme]   # the mutants a stopped run did not reach
 
 The raw results are written after every mutant, so a run stopped part way still renders, with
 the mutants it did not reach counted apart. ``--retry`` runs a saved run's survivors that
 :data:`EXPLAINED` does not explain again once checks were added for them (each mutant found by
 its line's text) and records which die: the section then shows the run's score and the score
-after the retry, the survivors killed on it with their killers.
+after the retry, the survivors killed on it with their killers. ``--resume`` runs the mutants
+a stopped run left pending, each found by its line's text on the tree as it is (one whose line
+is gone is ``gone``, not counted), so a run of many mutants can be finished in several sittings.
 """
 
 from __future__ import annotations
@@ -168,6 +171,7 @@ class Mutant:
     stage: str = ""          # where it was killed, or how far it survived
     seconds: float = 0.0
     retried: str = ""        # the commit a survivor was run again on (--retry), if it was
+    resumed: str = ""        # the commit a mutant left pending ran on (--resume), if it was
 
     def diff(self) -> str:
         return "".join(difflib.unified_diff([self.before + "\n"], [self.after + "\n"],
@@ -375,6 +379,8 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     later = [m for m in counted if m.outcome == "killed" and m.retried]
     killed = sum(m.outcome == "killed" for m in counted)
     pending = sum(m.outcome == "pending" for m in mutants)
+    resumed = [m for m in mutants if m.resumed]
+    gone = sum(m.outcome == "gone" for m in mutants)
     hours = sum(m.seconds for m in mutants) / 3600
 
     def score(n: int) -> str:
@@ -389,6 +395,9 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
              "",
              f"**Score: {score(killed - len(later))}**; "
              f"{sum(m.outcome == 'stillborn' for m in mutants)} stillborn (did not build)"
+             + (f"; {len(resumed)} run after a stop (`--resume`) at commit "
+                f"{', '.join(sorted({m.resumed for m in resumed}))}" if resumed else "")
+             + (f", {gone} of them gone (their line was rewritten since)" if gone else "")
              + (f"; **{pending} of the {len(mutants)} chosen not run** (the run was stopped: "
                 "the score is of those that ran)" if pending else "") + "."
              + (f" The survivors run again (`--retry`) at commit "
@@ -438,11 +447,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the mutants, run nothing")
     parser.add_argument("--render", type=Path, default=None, metavar="JSON",
                         help="print (with --readme: write) the section from a run's raw results")
+    parser.add_argument("--resume", type=Path, default=None, metavar="JSON",
+                        help="run the mutants a stopped run left pending, on the tree as it is "
+                             "now, and update the results")
     parser.add_argument("--retry", type=Path, default=None, metavar="JSON",
                         help="run a saved run's unexplained survivors again on the tree as it "
                              "is now (after checks were added for them) and update the results")
     args = parser.parse_args(argv)
-    for option, saved in (("--render", args.render), ("--retry", args.retry)):
+    for option, saved in (("--render", args.render), ("--retry", args.retry),
+                          ("--resume", args.resume)):
         if saved is not None and not saved.is_file():
             parser.error(f"{option} {saved}: no such file; give the raw results a run wrote "
                          "with --json (bench/results/mutate.json)")
@@ -465,6 +478,9 @@ def main(argv: list[str] | None = None) -> int:
         raw, results = _load(args.retry), args.retry
         todo = [m for m in raw["mutants"]
                 if m.outcome == "survived" and f"{m.path}:{m.line}" not in EXPLAINED]
+    elif args.resume:
+        raw, results = _load(args.resume), args.resume
+        todo = [m for m in raw["mutants"] if m.outcome == "pending"]
     else:
         raw = {**environment(), "seed": args.seed, "world_size": args.world_size,
                "mutants": choose(args.mutants, args.seed, args.file)}
@@ -486,12 +502,21 @@ def main(argv: list[str] | None = None) -> int:
             run_mutant(trial, cache, controls, raw["world_size"], work, args.timeout)
             m.outcome, m.killed_by, m.stage = trial.outcome, trial.killed_by, trial.stage
             m.seconds += trial.seconds
+        elif args.resume:
+            m.resumed, line = commit, _find(m)
+            if line is None:
+                m.outcome, m.stage = "gone", f"its line is no longer in {m.path} at {commit}"
+            else:
+                trial = replace(m, line=line)
+                run_mutant(trial, cache, controls, raw["world_size"], work, args.timeout)
+                m.outcome, m.killed_by, m.stage, m.seconds = (trial.outcome, trial.killed_by,
+                                                              trial.stage, trial.seconds)
         else:
             run_mutant(m, cache, controls, raw["world_size"], work, args.timeout)
         print(f"[{i}/{len(todo)}] {m.outcome:9} {m.path}:{m.line} {m.operator} "
               f"({m.seconds:.0f} s) {', '.join(m.killed_by[:3]) or m.stage}", flush=True)
         _save(raw, results)
-    if not args.retry:
+    if not args.retry and not any(m.outcome == "pending" for m in raw["mutants"]):
         raw["load_after"] = os.getloadavg()
     _save(raw, results)
     _report(raw, args.readme)

@@ -75,7 +75,7 @@ def test_bad_options_are_refused_naming_the_option():
     proc = _run("--list", "--file", "src/accelkit/cli.py")
     assert proc.returncode == 1
     assert "none of ['src/accelkit/cli.py'] is a source this script mutates" in proc.stderr
-    for option in ("--render", "--retry"):
+    for option in ("--render", "--retry", "--resume"):
         proc = _run(option, "no-such-results.json")
         assert proc.returncode == 2 and f"{option} no-such-results.json: no such file; give the " \
             "raw results a run wrote with --json" in proc.stderr, proc.stderr
@@ -110,3 +110,41 @@ def test_the_control_runs_the_unmutated_tree_and_the_file_is_restored(monkeypatc
     assert (m.outcome, m.killed_by) == ("killed", ["registration.x@2"])
     assert seen == [("mutant", "default", True), ("control", "default", False)]
     assert source.read_text() == "int f() {\n  g();\n  return 1;\n}\n"
+
+
+def test_resume_runs_the_pending_mutants_where_their_lines_are_now(monkeypatch, tmp_path):
+    """A stopped run's pending mutants run on the tree as it is, each found by its line's text
+    (one line lower after an edit); one whose line was rewritten is gone, not counted; what ran
+    before keeps its outcome."""
+    source = tmp_path / "core" / "csrc" / "x.cpp"
+    source.parent.mkdir(parents=True)
+    source.write_text("int f() {\n  h();\n  g();\n  return 1;\n}\n")
+    ran = mutate.Mutant("core/csrc/x.cpp", 4, "return", "  return 1;", "  return {};",
+                        outcome="survived", seconds=5.0)
+    moved = mutate.Mutant("core/csrc/x.cpp", 2, "drop", "  g();", "  /* dropped by bench/mutate.py */")
+    rewritten = mutate.Mutant("core/csrc/x.cpp", 1, "offset", "int f(int a = 0) {",
+                              "int f(int a = 1) {")
+    raw = {"commit": "abc1234", "torch": "2.13.0+cpu", "date": "2026-12-03 14:00 UTC",
+           "load_before": [1.0, 1.0, 1.0], "seed": 1, "world_size": 2,
+           "mutants": [ran.__dict__, moved.__dict__, rewritten.__dict__]}
+    results = tmp_path / "mutate.json"
+    results.write_text(json.dumps(raw))
+
+    def catalogue(cache, mode, areas, world_size, out, timeout):
+        return {"registration.x@2": "fail" if "g();" not in source.read_text() else "pass"}
+
+    monkeypatch.setattr(mutate, "ROOT", tmp_path)
+    monkeypatch.setattr(mutate, "environment", lambda: {"commit": "def5678"})
+    monkeypatch.setattr(mutate, "build", lambda cache: (True, ""))
+    monkeypatch.setattr(mutate, "catalogue", catalogue)
+    assert mutate.main(["--resume", str(results), "--keep", str(tmp_path / "work")]) == 0
+    after = {m["before"]: m for m in json.loads(results.read_text())["mutants"]}
+    assert (after["  return 1;"]["outcome"], after["  return 1;"]["resumed"]) == ("survived", "")
+    assert after["  g();"]["outcome"] == "killed" and after["  g();"]["resumed"] == "def5678"
+    assert after["  g();"]["killed_by"] == ["registration.x@2"]
+    assert after["int f(int a = 0) {"]["outcome"] == "gone"
+    assert "load_after" in json.loads(results.read_text())
+    assert source.read_text() == "int f() {\n  h();\n  g();\n  return 1;\n}\n"
+    out = mutate.markdown(mutate._load(results)["mutants"], raw, 1, 2)
+    assert "**Score: 1 of 2 live mutants killed (50 %)**; 0 stillborn (did not build); 2 run " \
+           "after a stop (`--resume`) at commit def5678, 1 of them gone" in out

@@ -196,16 +196,16 @@ def _first_difference(actual: torch.Tensor, expected: torch.Tensor, tolerance: f
     return None
 
 
-def _compare(what: str, actual, expected, tolerance: float, device: torch.device) -> str | None:
-    """None if the device's results are on ``device``'s type and equal the CPU's, else the
-    first difference: a result left on another device (the host, say) is wrong even when its
-    values are right."""
+def _compare(what: str, actual, expected, tolerance: float, device_type: str) -> str | None:
+    """None if the device's results are on ``device_type`` and equal the CPU's, else the first
+    difference: a result left on another device (the host, say) is wrong even when its values
+    are right."""
     got, want = _tensors(actual), _tensors(expected)
     if len(got) != len(want):
         return f"{what}: {len(got)} tensors, the CPU gives {len(want)}"
     for i, a in enumerate(got):
-        if a.device.type != device.type:
-            return f"{what} {i} is on {a.device}, not on the {device.type} device"
+        if a.device.type != device_type:
+            return f"{what} {i} is on {a.device}, not on the {device_type} device"
     for i, (a, e) in enumerate(zip(got, want, strict=True)):
         diff = _first_difference(a, e, tolerance)
         if diff is not None:
@@ -239,6 +239,18 @@ def _seeded_ops(op, sample) -> set[str]:
     return recorder.seeded
 
 
+def _results_belong(sample, device: torch.device) -> str:
+    """The device type an op's results belong on: the ``device`` its sample asks for
+    (``new_zeros(..., device="cpu")``), else the device of its tensor inputs, else torch's
+    default device (``arange(2)``)."""
+    asked = sample.kwargs.get("device")
+    if asked is not None:
+        return torch.device(asked).type
+    if _tensors((sample.input, sample.args, sample.kwargs)):
+        return device.type
+    return torch.get_default_device().type
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0][:300] if text else ''}"
@@ -257,7 +269,7 @@ def _case(op, sample, device: torch.device, tolerance: float, backward: bool,
         dev_inputs, dev_out = _call(op, sample.transform(_leaf))
     except Exception as exc:  # noqa: BLE001 (what the device raised is the row's result)
         return f"error: {_first_line(exc)}", set()
-    diff = _compare("output", dev_out, cpu_out, tolerance, device)
+    diff = _compare("output", dev_out, cpu_out, tolerance, _results_belong(sample, device))
     if diff is not None or not backward:
         return diff, set()
     want = _backward(cpu_inputs, cpu_out, seed, torch.device("cpu"))
@@ -267,7 +279,7 @@ def _case(op, sample, device: torch.device, tolerance: float, backward: bool,
         return f"error in backward: {_first_line(exc)}", set()
     got = [g for g in got if g is not None]
     want = [g for g in want if g is not None]
-    return _compare("gradient", got, want, tolerance, device), set()
+    return _compare("gradient", got, want, tolerance, device.type), set()
 
 
 def _samples(op, device: torch.device, dtype: torch.dtype, requires_grad: bool,
