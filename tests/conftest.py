@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from mock_process import pytest_configure, pytest_pycollect_makemodule  # noqa: F401 (hooks)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -41,19 +42,3 @@ def json_result(proc: subprocess.CompletedProcess) -> dict:
 #: How much slower than usual the code under test runs: a sanitizer build's run
 #: (tests/sanitize.py) sets ACCELKIT_TIME_SCALE, and tests multiply their time bounds by it.
 TIME_SCALE = float(os.environ.get("ACCELKIT_TIME_SCALE", "1"))
-
-
-#: True inside the fresh interpreter that :func:`run_module_with_mock` starts.
-IN_MOCK_PROCESS = os.environ.get("ACCELKIT_MOCK_TEST_PROCESS") == "1"
-
-
-def run_module_with_mock(test_file: str, host_accessible: str, **env: str) -> None:
-    """Run a test module's mock tests in a fresh pytest interpreter (registering the mock claims
-    PrivateUse1 for the whole process), on the zero-copy paths (``host_accessible="1"``) or on
-    the copying paths a discrete device takes (``"0"``); fails with the inner output."""
-    env = {**os.environ, "ACCELKIT_MOCK_TEST_PROCESS": "1", "OMP_NUM_THREADS": "1",
-           "TORCH_DEVICE_BACKEND_AUTOLOAD": "0", "ACCELKIT_MOCK_HOST_ACCESSIBLE": host_accessible,
-           **env}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test_file],
-                          env=env, capture_output=True, text=True, timeout=900, cwd=TESTS)
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
