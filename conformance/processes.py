@@ -16,7 +16,9 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-#: Where mockccl's shared-memory segments live, and the prefix of their names.
+#: Where mockccl's shared-memory segments live, and the prefix of their names: mockccl's
+#: ``kSegmentPrefix`` (backends/mock/csrc/mockccl.cpp) without its slash, which
+#: tests/test_engine_units.py holds to this one.
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "accelkit_mockccl_"
 

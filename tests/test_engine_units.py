@@ -13,7 +13,7 @@ from accelkit.conformance.api import CheckDef
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
-from accelkit.conformance.processes import SHM_DIR, sweep_shm
+from accelkit.conformance.processes import SHM_DIR, SHM_PREFIX, sweep_shm
 from accelkit.core import registry
 
 
@@ -255,10 +255,10 @@ def test_sweep_shm_removes_only_segments_of_the_given_pids():
     """A segment is its creator's (``accelkit_mockccl_<pid>_<n>_<random>``): one whose counter
     or random part happens to equal a killed pid belongs to another, live, process and stays."""
     fake_pid = 4_000_000_000  # above any real pid
-    ours = SHM_DIR / f"accelkit_mockccl_{fake_pid}_0_5f3a"
-    others = [SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_0_5f3a",
-              SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_{fake_pid}_5f3a",
-              SHM_DIR / f"accelkit_mockccl_{fake_pid + 1}_2_{fake_pid}"]
+    ours = SHM_DIR / f"{SHM_PREFIX}{fake_pid}_0_5f3a"
+    others = [SHM_DIR / f"{SHM_PREFIX}{fake_pid + 1}_0_5f3a",
+              SHM_DIR / f"{SHM_PREFIX}{fake_pid + 1}_{fake_pid}_5f3a",
+              SHM_DIR / f"{SHM_PREFIX}{fake_pid + 1}_2_{fake_pid}"]
     for p in (ours, *others):
         p.write_bytes(b"x")
     try:
@@ -274,8 +274,8 @@ def test_sweep_shm_leaves_a_segment_it_may_not_remove(monkeypatch):
     """Another user's segment (unlink refused: /dev/shm is sticky) stays, and the sweep goes on
     with the rest instead of raising out of kill_group."""
     fake_pid = 4_000_000_002
-    theirs = SHM_DIR / f"accelkit_mockccl_{fake_pid}_0_aa"
-    ours = SHM_DIR / f"accelkit_mockccl_{fake_pid}_1_bb"
+    theirs = SHM_DIR / f"{SHM_PREFIX}{fake_pid}_0_aa"
+    ours = SHM_DIR / f"{SHM_PREFIX}{fake_pid}_1_bb"
     for p in (theirs, ours):
         p.write_bytes(b"x")
     unlink = Path.unlink
@@ -309,7 +309,7 @@ def test_kill_group_stops_a_child_and_what_it_started_and_sweeps_their_segments(
               "print(g.pid, flush=True); time.sleep(60)")
     child = spawn([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     grandchild = int(child.stdout.readline())
-    segment = SHM_DIR / f"accelkit_mockccl_{grandchild}_0_test"
+    segment = SHM_DIR / f"{SHM_PREFIX}{grandchild}_0_test"
     segment.write_bytes(b"x")
     try:
         assert set(group_pids(child.pid)) >= {child.pid, grandchild}
@@ -396,3 +396,10 @@ def test_one_option_table_for_every_entry_point():
     options.add_to_parser(torchrun, options.TORCHRUN)
     with pytest.raises(SystemExit):  # a launch has its own world size
         torchrun.parse_args(["--world-size", "2"])
+
+
+def test_the_segment_prefix_is_the_one_mockccl_creates():
+    """The engine sweeps what mockccl creates: its ``kSegmentPrefix`` is ``/`` + SHM_PREFIX."""
+    source = (Path(__file__).resolve().parent.parent / "backends" / "mock" / "csrc" /
+              "mockccl.cpp").read_text()
+    assert f'constexpr const char* kSegmentPrefix = "/{SHM_PREFIX}";' in source

@@ -502,9 +502,10 @@ def _(c):
     ranks on this host (read from this process's mapping of it), and that size grows linearly
     with the group: a fixed mailbox per pair of ranks made it quadratic (1 GiB at 64 ranks)."""
     from accelkit.backends.mock.mockccl import extension
+    from accelkit.conformance.processes import SHM_PREFIX
 
     with open("/proc/self/maps") as maps:
-        spans = [line.split()[0] for line in maps if "accelkit_mockccl_" in line]
+        spans = [line.split()[0] for line in maps if SHM_PREFIX in line]
     assert spans, "no mockccl segment mapped in this rank"
     sizes = {int(hi, 16) - int(lo, 16) for lo, hi in (s.split("-") for s in spans)}
     page = os.sysconf("SC_PAGE_SIZE")

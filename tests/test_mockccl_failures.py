@@ -201,7 +201,9 @@ def test_eager_init_keeps_binding_and_splits(tmp_path):
 
 def leftover_segments(pids) -> list[str]:
     """/dev/shm entries mockccl would have created for groups whose rank 0 had one of `pids`."""
-    prefixes = tuple(f"accelkit_mockccl_{pid}_" for pid in pids)
+    from accelkit.conformance.processes import SHM_PREFIX
+
+    prefixes = tuple(f"{SHM_PREFIX}{pid}_" for pid in pids)
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
 
 
