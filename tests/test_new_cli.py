@@ -368,3 +368,16 @@ def test_build_record_states_the_build_and_marks_it_stale(tmp_path):
     assert text.endswith(source_hash(csrc))
     (csrc / "kernels" / "ops.cpp").write_text("int broken(\n")
     assert f"; STALE: {csrc} has changed since (now {source_hash(csrc)})" in build_record_text(package)
+
+
+def test_the_readme_table_names_every_file_it_renders():
+    """The generated README's layout table names each file ``accelkit new`` writes (the kernels
+    folder by its pattern), so a file added to the template cannot go unexplained."""
+    files = render.render(render.Names.create("npu"))
+    table = [line for line in files["README.md"].splitlines() if line.startswith("| `")]
+    named = {name for line in table for name in re.findall(r"`([^`]+)`", line.split(" | ")[0])}
+    missing = [path for path in files if path != "README.md" and path not in named
+               and not (path.startswith("csrc/kernels/") and "csrc/kernels/*.cpp" in named)]
+    assert missing == [], f"add these to device_templates/cuda_like/README.md.tmpl's table: {missing}"
+    stale = [name for name in named if "*" not in name and name not in files]
+    assert stale == [], f"the table names files accelkit new does not write: {stale}"

@@ -5,8 +5,12 @@
 //   mockccl_sync.cpp         barriers, waiting, failures (deadline, dead peer, abort);
 //   mockccl_collectives.cpp  the collectives, in rounds through the data slots;
 //   mockccl_p2p.cpp          send / recv / recv from any source, matched by (peer, tag);
+//   mockccl_reduce.h         the reduction kernels;
 //   mockccl_staging.h        host copies of a discrete device's buffers;
 //   mockccl.cpp              connecting a group (the segment) and the Python module.
+// A group whose ranks span hosts adds mockccl_hosts.h/.cpp (each host's ranks through one such
+// segment, the hosts' leaders over TCP), mockccl_net.h/.cpp (the connections) and
+// mockccl_wire.h (the wire format).
 //
 // Segment layout (offsets computed from the group size and the chunk size):
 //   Control | RankState[size] | Header[2][size] | send/recv counts[2][2][size][size] |
