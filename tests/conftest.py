@@ -14,6 +14,8 @@ import pytest
 from mock_process import pytest_configure, pytest_pycollect_makemodule  # noqa: F401 (hooks)
 
 TESTS = Path(__file__).resolve().parent
+#: The helpers and fixture modules the tests import by name (engine_env, mutant_faults, ...).
+sys.path.insert(0, str(TESTS / "fixtures"))
 
 #: Test files in the style of PyTorch's, run by `accelkit upstream` in tests/test_upstream.py,
 #: never collected by accelkit's own test run.

@@ -5,13 +5,10 @@ status for CI gating."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+import engine_env  # tests/fixtures (conftest.py)
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
 
 CHECKS = str(Path(engine_env.FIXTURES) / "compare_checks.py")
 

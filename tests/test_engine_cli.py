@@ -6,15 +6,11 @@ output, report files and what it left behind."""
 from __future__ import annotations
 
 import json
-import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from types import SimpleNamespace
 
+import engine_env  # tests/fixtures (conftest.py)
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
 
 EXPECTED = {
     "fixture.broadcast": "pass",

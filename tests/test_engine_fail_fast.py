@@ -4,19 +4,17 @@ leaves out the backend's build (``spec.prepare()``) and the pool start before it
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
-from accelkit.conformance import loader  # noqa: E402
-from accelkit.conformance.options import Options  # noqa: E402
-from accelkit.conformance.outcomes import Outcome  # noqa: E402
-from accelkit.conformance.plan import Host, make_plan  # noqa: E402
-from accelkit.conformance.runner import CRASH_STORM, Runner  # noqa: E402
-from accelkit.core import registry  # noqa: E402
+import engine_env  # tests/fixtures (conftest.py)
+from accelkit.conformance import loader
+from accelkit.conformance.options import Options
+from accelkit.conformance.outcomes import Outcome
+from accelkit.conformance.plan import Host, make_plan
+from accelkit.conformance.runner import CRASH_STORM, Runner
+from accelkit.core import registry
 
 STORM = str(Path(engine_env.FIXTURES) / "crash_storm_checks.py")
 BUILD_S = 2.0

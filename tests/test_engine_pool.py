@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
-from accelkit.conformance.pool import Pool  # noqa: E402
+import engine_env  # tests/fixtures (conftest.py)
+from accelkit.conformance.pool import Pool
 
 POOL_CHECKS = str(Path(engine_env.FIXTURES) / "engine_pool_checks.py")
 

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import sys
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
+import engine_env  # tests/fixtures (conftest.py)
 
 PLUGIN_ARGS = ["--accelkit-checks-module", engine_env.CHECKS, "--accelkit-no-builtin-checks",
                "-p", "no:cacheprovider"]

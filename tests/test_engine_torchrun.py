@@ -7,11 +7,8 @@ from __future__ import annotations
 import json
 import platform
 import shutil
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
+import engine_env  # tests/fixtures (conftest.py)
 
 
 def _torchrun(tmp_path, *select):

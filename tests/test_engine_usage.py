@@ -7,10 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import engine_env  # tests/fixtures (conftest.py)
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
 
 FIXTURE_ARGS = ("--checks-module", engine_env.CHECKS, "--no-builtin-checks")
 

@@ -15,12 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
+import engine_env  # tests/fixtures (conftest.py)
 import pytest
 from accelkit.conformance import hosts as hosts_mod
 from accelkit.conformance.hosts import Hosts, HostsError
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
 
 _REASON = hosts_mod.unavailable(hosts=3)
 needs_hosts = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))

@@ -16,11 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import mutant_faults  # tests/fixtures (conftest.py)
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fixtures"))
-
-import mutant_faults  # noqa: E402  (tests/fixtures)
 
 #: fault -> the catalogue checks that catch it in its mode, the cheapest of each mutant's
 #: catching checks in bench/README.md's "Mutation score" (2 ranks).

@@ -11,15 +11,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
+import engine_env  # tests/fixtures (conftest.py)
 import pytest
 from accelkit.conformance import hosts as hosts_mod
-
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
 
 _REASON = hosts_mod.unavailable()
 

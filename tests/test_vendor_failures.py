@@ -6,13 +6,11 @@ the report."""
 from __future__ import annotations
 
 import json
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-import engine_env  # noqa: E402
-import fake_vendor  # noqa: E402
+import engine_env  # tests/fixtures (conftest.py)
+import fake_vendor  # tests/fixtures (conftest.py)
 
 REFUSED = ("register_accelerator(strict=True) refused torch.npubroken: is_initialized() is "
            "True before the device was used")
