@@ -15,7 +15,8 @@ The engine, one module per job:
 - :mod:`~accelkit.conformance.pool` / :mod:`~accelkit.conformance.worker`: the long-lived rank
   processes and their command loop; :mod:`~accelkit.conformance.execute`: one check on one rank
   from a clean state;
-- :mod:`~accelkit.conformance.outcomes`: outcomes and the merge of per-rank results;
+- :mod:`~accelkit.conformance.outcomes`: outcomes, rank statuses and the result records;
+- :mod:`~accelkit.conformance.verdict`: the one place a check's result is decided;
 - :mod:`~accelkit.conformance.runner`: executes a plan on worker pools;
 - :mod:`~accelkit.conformance.model`: the record of a run (``RunReport``);
 - :mod:`~accelkit.conformance.terminal` / :mod:`~accelkit.conformance.reports`: progress,

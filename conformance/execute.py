@@ -21,7 +21,7 @@ import traceback
 from typing import Any
 
 from accelkit.conformance.api import CheckContext, CheckDef, Skip
-from accelkit.conformance.outcomes import RankResult
+from accelkit.conformance.outcomes import RankResult, RankStatus
 from accelkit.core import torch_internals
 
 #: Every check starts from this seed on host and device.
@@ -151,7 +151,7 @@ def _run(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankRes
     whatever raises is this check's result (ERROR naming the step), never an exception that
     kills the rank."""
     handle = device_handle(ctx.spec.device_type)
-    result = RankResult(rank=ctx.rank, status="pass")
+    result = RankResult(rank=ctx.rank, status=RankStatus.PASS)
     start = time.perf_counter()
     step = "resetting the rank's state before the check"
     try:
@@ -163,15 +163,15 @@ def _run(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankRes
         synchronize(handle)
         result.returned = _short_repr(returned)
     except Skip as exc:
-        result.status, result.message = "skip", str(exc)
+        result.status, result.message = RankStatus.SKIP, str(exc)
     except AssertionError as exc:
-        result.status, result.message = "fail", _assertion_message(exc)
+        result.status, result.message = RankStatus.FAIL, _assertion_message(exc)
         result.traceback = _check_traceback(exc)
     except BaseException as exc:  # noqa: BLE001 (SystemExit from a check is an error too)
         where = "" if step == "the check" else f" ({step})"
-        result.status, result.message = "error", _describe_exception(exc) + where
+        result.status, result.message = RankStatus.ERROR, _describe_exception(exc) + where
         result.traceback = _check_traceback(exc)
-    if result.status != "pass":
+    if result.status is not RankStatus.PASS:
         _drain(handle, result)
     result.rows = ctx.rows
     result.duration_s = round(time.perf_counter() - start, 6)
@@ -188,7 +188,7 @@ def _drain(handle, result: RankResult) -> None:
         synchronize(handle)
     except Exception as exc:  # noqa: BLE001 (reported, the rank goes on)
         queued = f"synchronizing the device after the check raised {_describe_exception(exc)}"
-        if result.status == "skip":
-            result.status, result.message = "error", f"{queued} (the check skipped: {result.message})"
+        if result.status is RankStatus.SKIP:
+            result.status, result.message = RankStatus.ERROR, f"{queued} (the check skipped: {result.message})"
         else:
             result.message = f"{result.message}; {queued}"

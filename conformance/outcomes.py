@@ -1,10 +1,7 @@
-"""Check outcomes and how per-rank results merge into one.
-
-A check runs on every rank; each rank reports a :class:`RankResult`. :func:`merge` turns them
-into the check's :class:`Outcome`: a dead rank makes it CRASH, a missing answer TIMEOUT, then
-ERROR (an unexpected exception on any rank) beats FAIL (an ``AssertionError`` on any rank),
-which beats SKIP (``Skip`` raised on any rank); PASS needs every rank to pass. Expectations
-then turn a failing outcome into XFAIL and an unexpected pass into XPASS.
+"""The vocabulary of results: a check's :class:`Outcome`, a rank's :class:`RankStatus`, and
+the records they live in (:class:`RankResult`, one rank's answer; :class:`CheckResult`, the
+check's). How rank results and expectations become a check's outcome is decided in one place,
+:func:`accelkit.conformance.verdict.verdict`.
 """
 
 from __future__ import annotations
@@ -37,12 +34,29 @@ ORDER: tuple[Outcome, ...] = (Outcome.PASS, Outcome.FAIL, Outcome.ERROR, Outcome
                               Outcome.CRASH, Outcome.SKIP, Outcome.XFAIL, Outcome.XPASS,
                               Outcome.UNAVAILABLE)
 
+class RankStatus(str, enum.Enum):
+    """How one rank ended one check: what it reported (PASS, FAIL, ERROR, SKIP), or what its
+    launcher saw happen to it (CRASH: it died; TIMEOUT: no answer in the check's budget;
+    ABORTED: torn down because another rank died or failed while it waited)."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    ERROR = "error"
+    SKIP = "skip"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    ABORTED = "aborted"
+
+    def __str__(self) -> str:  # what reports and f-strings show, on every Python
+        return self.value
+
+
 @dataclass
 class RankResult:
     """What one rank reported for one check (or what the pool saw happen to it)."""
 
     rank: int
-    status: str  # pass, fail, error, skip; or set by the pool: crash, timeout, aborted
+    status: RankStatus  # a string naming one is taken too (a result read back from JSON)
     message: str = ""
     traceback: str = ""
     duration_s: float = 0.0
@@ -56,8 +70,12 @@ class RankResult:
     #: op x dtype rows (:mod:`accelkit.conformance.checks._opinfo`).
     rows: list[dict] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self.status = RankStatus(self.status)
+
     def to_dict(self) -> dict:
         data = asdict(self)
+        data["status"] = self.status.value
         data.pop("group_count")
         data.pop("rows")  # the check's, merged: CheckResult.rows
         return data
@@ -107,27 +125,3 @@ class CheckResult:
     @property
     def first_line(self) -> str:
         return self.reason.strip().splitlines()[0] if self.reason.strip() else ""
-
-
-def _rank_line(r: RankResult) -> str:
-    text = r.message.strip().splitlines()[0] if r.message.strip() else r.status
-    return f"rank {r.rank}: {text}"
-
-
-def merge(ranks: list[RankResult]) -> tuple[Outcome, str]:
-    """The outcome of a check from its per-rank results, and the reason (one line per rank
-    that did not pass, worst first)."""
-    by_status: dict[str, list[RankResult]] = {}
-    for r in ranks:
-        by_status.setdefault(r.status, []).append(r)
-    for status, outcome in (("crash", Outcome.CRASH), ("timeout", Outcome.TIMEOUT),
-                            ("error", Outcome.ERROR), ("fail", Outcome.FAIL)):
-        if status in by_status:
-            lines = [_rank_line(r) for r in by_status[status]]
-            return outcome, "\n".join(lines)
-    if "skip" in by_status:
-        reasons = sorted({r.message for r in by_status["skip"]})
-        return Outcome.SKIP, "; ".join(reasons)
-    if ranks and all(r.status == "pass" for r in ranks):
-        return Outcome.PASS, ""
-    return Outcome.ERROR, "no result from any rank"

@@ -25,7 +25,7 @@ import time
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from accelkit.conformance.outcomes import RankResult
+from accelkit.conformance.outcomes import RankResult, RankStatus
 from accelkit.conformance.processes import exit_text, kill_group, spawn
 
 
@@ -190,14 +190,14 @@ class Pool:
                 except (EOFError, OSError):
                     dead[rank] = self._ended(rank)
                     continue
-                if failed_at is None and results[rank].status in ("fail", "error"):
+                if failed_at is None and results[rank].status in (RankStatus.FAIL, RankStatus.ERROR):
                     failed_at = time.monotonic()
         if dead:
             for rank, how in dead.items():
-                results[rank] = RankResult(rank=rank, status="crash", message=f"died: {how}",
+                results[rank] = RankResult(rank=rank, status=RankStatus.CRASH, message=f"died: {how}",
                                            exit=how, log_tail=self._log_tail(rank, offsets[rank]))
             for rank in pending.values():
-                results[rank] = RankResult(rank=rank, status="aborted",
+                results[rank] = RankResult(rank=rank, status=RankStatus.ABORTED,
                                            message="aborted: pool torn down after a rank died")
             self.close(graceful=False)
             return [results[r] for r in range(self.world_size)], "crash"
@@ -205,7 +205,7 @@ class Pool:
             # the ranks that failed left; the others wait for them in a collective
             for rank in pending.values():
                 results[rank] = RankResult(
-                    rank=rank, status="aborted",
+                    rank=rank, status=RankStatus.ABORTED,
                     message=f"aborted: no answer {self.out_of_step_s:g} s after another rank "
                             "failed (waiting for it in a collective?)")
             self.close(graceful=False)
@@ -214,7 +214,7 @@ class Pool:
             self._dump_stacks(list(pending.values()))
             for rank in pending.values():
                 results[rank] = RankResult(
-                    rank=rank, status="timeout", message=f"no answer within {timeout_s:g} s",
+                    rank=rank, status=RankStatus.TIMEOUT, message=f"no answer within {timeout_s:g} s",
                     log_tail=self._log_tail(rank, offsets[rank]))
             self.close(graceful=False)
             return [results[r] for r in range(self.world_size)], "timeout"

@@ -1,14 +1,12 @@
-"""The pool engine: runs a :class:`~accelkit.conformance.plan.Plan` on worker pools and
-decides each check's outcome.
+"""The pool engine: runs a :class:`~accelkit.conformance.plan.Plan` on worker pools; each
+check's result is decided from its ranks' answers by :func:`accelkit.conformance.verdict.verdict`.
 
 A step the plan decided (UNAVAILABLE, SKIP) is recorded as it is. Otherwise the check runs on
-the pool of its world size (one pool alive at a time) and the per-rank results are merged
-(:func:`accelkit.conformance.outcomes.merge`); every check of a world size whose pool cannot
+the pool of its world size (one pool alive at a time), which returns the ranks' answers; every check of a world size whose pool cannot
 start is ERROR with the start-up error (the pool is not retried, and a failed
 ``spec.prepare()`` is not retried for any size). A TIMEOUT or CRASH tears the pool down and the
 next check gets a new one. After a check whose ranks disagreed (some passed, some failed), a
-barrier makes sure their collectives are still in step, else the pool is rebuilt. Last, an
-``xfail`` expectation turns a failing outcome into XFAIL and a pass into XPASS.
+barrier makes sure their collectives are still in step, else the pool is rebuilt.
 
 Fail fast: when the pool crashes on :data:`CRASH_STORM` consecutive checks of an area (a
 port's broken primitive, e.g. a ``synchronize()`` that does not wait, crashes check after
@@ -26,13 +24,14 @@ from collections.abc import Callable
 
 from accelkit.conformance import expectations as expectations_mod
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import Expectation, OpExpectation
+from accelkit.conformance.expectations import OpExpectation
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.options import Options
-from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome, merge
+from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
 from accelkit.conformance.plan import Plan, Step, make_plan, probe_host
 from accelkit.conformance.pool import Pool, PoolStartError
 from accelkit.conformance.session import Session
+from accelkit.conformance.verdict import verdict
 from accelkit.core.spec import BackendSpec
 from accelkit.core.versions import torch_version
 
@@ -155,22 +154,30 @@ class Runner:
         started = time.perf_counter()
         starts = len(self.report.pool_starts)
         decided = self._decide(step)
-        if decided is not None:
-            result = CheckResult(check.id, check.world_size, decided[0], decided[1],
-                                 simulated=check.simulated)
-        else:
-            result = self._execute(check)
+        ran = decided is None
+        ranks = None
+        if ran:
+            ranks, decided = self._execute(check)
+        result = self.judge(step, ranks, decided)
+        if ran:
             self._watch_crashes(result)
         result.pool_start_s = round(sum(s["seconds"] + s.get("prepare_s", 0.0)
                                         for s in self.report.pool_starts[starts:]), 3)
         result.duration_s = round(time.perf_counter() - started - result.pool_start_s, 4)
-        self.record(result, step.expectation)
+        self.record(result)
         return result
+
+    def judge(self, step: Step, ranks: list[RankResult] | None,
+              decided: tuple[Outcome, str] | None = None) -> CheckResult:
+        """``step``'s result: :func:`~accelkit.conformance.verdict.verdict` with this run's
+        expectations and ``--strict``."""
+        return verdict(step.check, ranks, step.expectation, decided=decided,
+                       ops=self._ops_expected(), strict=self.options.strict)
 
     def _watch_crashes(self, result: CheckResult) -> None:
         """Count the area's crashes in a row; at :data:`CRASH_STORM` stop the area (unless
         ``--keep-going``) with one message: what crashed, the first crash's output, the fix."""
-        if result.outcome is not Outcome.CRASH:
+        if (result.actual or result.outcome) is not Outcome.CRASH:
             self._crashes.pop(result.area, None)
             return
         crashes = self._crashes.setdefault(result.area, [])
@@ -185,32 +192,26 @@ class Runner:
             "`accelkit conformance --keep-going` runs them all. The first crash, "
             f"{crashes[0].key}:\n{first}")
 
-    def record(self, result: CheckResult, expectation: Expectation | None) -> None:
-        """Judge the check's rows, apply ``expectation`` to ``result``, add it to the report
-        and show progress."""
-        if result.rows:
-            judge_rows(result, self._ops_expected(), strict=self.options.strict)
-        apply_expectation(result, expectation)
+    def record(self, result: CheckResult) -> None:
+        """Add ``result`` to the report and show progress."""
         self.report.results.append(result)
         if self.progress is not None:
             self.progress(result)
 
-    def _execute(self, check: CheckDef) -> CheckResult:
-        """Run ``check`` on the pool of its world size and merge the ranks' results."""
+    def _execute(self, check: CheckDef) -> tuple[list[RankResult] | None, tuple[Outcome, str] | None]:
+        """Run ``check`` on the pool of its world size: the ranks' answers, or, when the pool
+        could not start, why the check did not run."""
         try:
             pool = self._pool_for(check.world_size, check.simulated)
         except PoolStartError as exc:
-            return CheckResult(check.id, check.world_size, Outcome.ERROR,
-                               f"worker pool of {check.world_size} ranks failed to start: {exc}",
-                               simulated=check.simulated)
+            return None, (Outcome.ERROR, f"worker pool of {check.world_size} ranks failed to "
+                                         f"start: {exc}")
         ranks, torn_down = pool.run(check.id, self.budget(check))
-        outcome, reason = merge(ranks)
         if torn_down:
             self._pending_rebuild = f"after {torn_down} in {check.id}"
         elif len({r.status for r in ranks}) > 1 and not pool.sync():
             self._pending_rebuild = f"ranks out of step after {check.id}"
-        return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks,
-                           simulated=check.simulated)
+        return ranks, None
 
     def run(self, plan: Plan) -> RunReport:
         """Run every step of ``plan`` in order; the last pool is closed at the end."""
@@ -227,53 +228,6 @@ class Runner:
             self.close()
             self.report.duration_s = round(time.perf_counter() - started, 3)
         return self.report
-
-
-#: Row statuses that fail a check unless an ``[ops]`` expectation covers them.
-WRONG_ROWS = ("fail", "error")
-
-
-def judge_rows(result: CheckResult, expected: dict[str, OpExpectation], strict: bool = False) -> None:
-    """A check with a table (the ``ops`` area's op x dtype rows) fails on its wrong rows: a
-    covered row becomes ``xfail`` (``xpass`` when it matched: a wrong row under ``--strict``,
-    the entry is stale), and a PASS with any other wrong row becomes FAIL naming the first ones."""
-    rows = result.rows
-    for row in rows:
-        entry = expected.get(row.get("op", ""))
-        if entry is None or not entry.covers(row):
-            continue
-        row["expectation"] = entry.reason
-        if row["status"] in WRONG_ROWS:
-            row["status"] = "xfail"
-        elif row["status"] == "pass":
-            row["status"] = "xpass"
-    wrong = [row for row in rows if row["status"] in WRONG_ROWS or (strict and row["status"] == "xpass")]
-    if wrong and result.outcome is Outcome.PASS:
-        result.outcome = Outcome.FAIL
-        shown = "\n".join(f"{row['op']} {row['dtype']}: {row['detail']}" for row in wrong[:10])
-        more = f"\n... and {len(wrong) - 10} more (the report's op table)" if len(wrong) > 10 else ""
-        result.reason = (f"{len(wrong)} of {len(rows)} cases differ from the CPU or raise; list "
-                         f"known ones under [ops] in the expectations file:\n{shown}{more}")
-
-
-def apply_expectation(result: CheckResult, expectation: Expectation | None) -> None:
-    """An ``xfail`` expectation turns a failing outcome into XFAIL (the actual one kept in
-    ``result.actual`` and the reason) and a pass into XPASS."""
-    if expectation is None:
-        return
-    result.expectation = expectation.to_dict()
-    if expectation.status != "xfail":
-        return
-    if result.outcome in FAILING:
-        result.actual = result.outcome
-        result.outcome = Outcome.XFAIL
-        result.reason = (f"expected failure: {expectation.reason}\n"
-                         f"actual {result.actual.label}: {result.reason}")
-    elif result.outcome is Outcome.PASS:
-        result.actual = result.outcome
-        result.outcome = Outcome.XPASS
-        result.reason = (f"passed, but expected to fail: {expectation.reason} "
-                         "(remove the expectation)")
 
 
 def plan_session(session: Session) -> tuple[Plan, RunReport]:

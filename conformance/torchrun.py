@@ -34,7 +34,7 @@ import time
 
 from accelkit.conformance import options as options_mod
 from accelkit.conformance.api import CheckContext, CheckDef
-from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
+from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, RankStatus
 from accelkit.conformance.plan import Step, make_plan, probe_host, with_launch
 from accelkit.conformance.runner import Runner
 from accelkit.conformance.session import LoadError, UsageError, resolve
@@ -120,7 +120,7 @@ class LaunchRunner(Runner):
         return super().run_step(step)
 
     # -- running -----------------------------------------------------------------------------
-    def _execute(self, check: CheckDef) -> CheckResult:
+    def _execute(self, check: CheckDef) -> tuple[list[RankResult], None]:
         ctx = CheckContext(rank=self.rank, world_size=self.world_size,
                            local_rank=self.local_rank, spec=self.spec)
         from accelkit.conformance.execute import run_on_rank
@@ -134,7 +134,7 @@ class LaunchRunner(Runner):
         mine = run_on_rank(check, ctx, self.group_count)
         self.store.set(f"{self.index}/rank{self.rank}", _encode(mine))
         if self.rank != 0:  # rank 0's next plan (or the end) tells when everyone is done
-            return CheckResult(check.id, check.world_size, *merge([mine]), ranks=[mine])
+            return [mine], None
         keys = [f"{self.index}/rank{r}" for r in range(self.world_size)]
         self.store.wait(keys, datetime.timedelta(seconds=self.budget(check) + 60))
         with self._watch_lock:  # a timer firing from now on finds no running check
@@ -142,8 +142,7 @@ class LaunchRunner(Runner):
         timer.cancel()
         ranks = [_decode(self.store.get(k)) for k in keys]
         self.group_count = max(r.group_count for r in ranks)
-        outcome, reason = merge(ranks)
-        return CheckResult(check.id, check.world_size, outcome, reason, ranks=ranks)
+        return ranks, None
 
     def _answers(self, store) -> list[RankResult | None]:
         answers = []
@@ -162,7 +161,7 @@ class LaunchRunner(Runner):
             if all(a is not None for a in answers):
                 return
             budget = self.budget(step.check)
-            ranks = [a or RankResult(rank=r, status="timeout",
+            ranks = [a or RankResult(rank=r, status=RankStatus.TIMEOUT,
                                      message=f"no answer within {budget:g} s")
                      for r, a in enumerate(answers)]
             self.abort(step, ranks, f"TIMEOUT in {step.check.id}")
@@ -175,7 +174,7 @@ class LaunchRunner(Runner):
         if current is None:
             self.abort(None, [], "launch stopped (SIGTERM from torchrun) between checks")
             return
-        ranks = [a or RankResult(rank=r, status="crash",
+        ranks = [a or RankResult(rank=r, status=RankStatus.CRASH,
                                  message="launch stopped (SIGTERM from torchrun): a rank died or "
                                          "was killed; see torchrun's output for which")
                  for r, a in enumerate(self._answers(self.watch_store))]
@@ -187,10 +186,9 @@ class LaunchRunner(Runner):
             return
         if step is not None:
             started = self._current[1] if self._current else time.perf_counter()
-            outcome, reason = merge(ranks)
-            result = CheckResult(step.check.id, step.check.world_size, outcome, reason,
-                                 ranks=ranks, duration_s=round(time.perf_counter() - started, 3))
-            self.record(result, step.expectation)
+            result = self.judge(step, ranks)
+            result.duration_s = round(time.perf_counter() - started, 3)
+            self.record(result)
         self.report.duration_s = round(time.perf_counter() - self.started, 3)
         not_run = [s.key for s in self.remaining]
         self.report.aborted = f"{why}; {len(not_run)} check(s) not run: {', '.join(not_run) or '-'}"

@@ -82,7 +82,8 @@ def test_a_rank_that_closes_its_connection_but_lives_is_killed_and_reported():
 def test_a_check_failing_on_one_rank_while_another_waits_ends_in_seconds():
     import time
 
-    from accelkit.conformance.outcomes import Outcome, merge
+    from accelkit.conformance.outcomes import Outcome
+    from accelkit.conformance.verdict import merge
 
     pool = _pool()
     try:

@@ -12,8 +12,9 @@ from accelkit.conformance import loader, reports, terminal
 from accelkit.conformance.api import CheckDef
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.options import Options
-from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, merge
+from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
 from accelkit.conformance.processes import SHM_DIR, SHM_PREFIX, sweep_shm
+from accelkit.conformance.verdict import merge, verdict
 from accelkit.core import registry
 
 
@@ -38,6 +39,46 @@ def test_merge_worst_rank_wins(statuses, outcome, reason):
 
 def _def(cid, ws=4, also_at=()):
     return CheckDef(id=cid, fn=lambda ctx: None, world_size=ws, doc="d", also_at=also_at)
+
+
+def test_rank_statuses_are_one_vocabulary_whatever_the_rank_sent():
+    """A rank's status read back from JSON or a pipe (a string) is the enum; reports show it
+    as its word."""
+    from accelkit.conformance.outcomes import RankStatus
+
+    r = RankResult(rank=0, status="aborted")
+    assert r.status is RankStatus.ABORTED and f"{r.status}" == "aborted"
+    assert r.to_dict()["status"] == "aborted"
+    with pytest.raises(ValueError, match="'finished' is not a valid RankStatus"):
+        RankResult(rank=0, status="finished")
+
+
+def test_verdict_merges_judges_rows_and_applies_the_expectation():
+    """One pure function: a decided step keeps its reason; the ranks merge worst first; a wrong
+    row fails a passing check unless an [ops] entry covers it (then xfail, or xpass that fails
+    under strict); an xfail expectation turns the actual outcome into XFAIL or XPASS."""
+    from accelkit.conformance.expectations import Expectation, OpExpectation
+
+    check = _def("ops.unary", ws=2)
+    skipped = verdict(check, None, None, decided=(Outcome.SKIP, "no device"))
+    assert (skipped.outcome, skipped.reason, skipped.ranks) == (Outcome.SKIP, "no device", [])
+    crashed = verdict(check, _ranks("crash", "aborted"), Expectation("ops.unary", "xfail", "why"))
+    assert (crashed.outcome, crashed.actual) == (Outcome.XFAIL, Outcome.CRASH)
+    assert crashed.reason == "expected failure: why\nactual CRASH: rank 0: crash 0"
+
+    def ranks(*statuses):
+        return [RankResult(rank=i, status="pass", rows=[{"op": "sin", "dtype": "float32",
+                                                          "status": s, "detail": "differs"}])
+                for i, s in enumerate(statuses)]
+
+    wrong = verdict(check, ranks("pass", "fail"), None)
+    assert wrong.outcome is Outcome.FAIL and "1 of 2 cases differ" in wrong.reason
+    covered = {"sin": OpExpectation("sin", "known")}
+    assert verdict(check, ranks("pass", "fail"), None, ops=covered).outcome is Outcome.PASS
+    stale = verdict(check, ranks("pass", "pass"), None, ops=covered, strict=True)
+    assert stale.outcome is Outcome.FAIL and [r["status"] for r in stale.rows] == ["xpass"] * 2
+    fixed = verdict(check, ranks("pass", "pass"), Expectation("ops.unary", "xfail", "why"))
+    assert (fixed.outcome, fixed.actual) == (Outcome.XPASS, Outcome.PASS)
 
 
 def test_select_by_area_substring_and_glob():

@@ -1,6 +1,6 @@
 """The ``ops`` area's expectations and verdict: ``[ops]`` entries of an expectations file
 (accelkit/conformance/expectations.py) and how the engine judges a check's op x dtype rows
-(accelkit/conformance/runner.py ``judge_rows``); and, before any device registers, the registry
+(accelkit/conformance/verdict.py ``judge_rows``); and, before any device registers, the registry
 sweep finding no path for the ops accelkit's layer adds (tests/test_ops_area.py runs the rows
 themselves inside the mock)."""
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from accelkit.conformance.expectations import ExpectationsError, load_ops
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
-from accelkit.conformance.runner import judge_rows
+from accelkit.conformance.verdict import judge_rows
 
 #: Ops that only the layer gives a path: SyncBatchNorm's (CUDA kernels only), a fused RNN
 #: cell's (CUDA only), sparse COO and CSR ops (SparseCPU, SparseCsrCPU only), a nested one
