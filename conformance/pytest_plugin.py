@@ -10,10 +10,11 @@ plan is :func:`accelkit.conformance.plan.make_plan`'s, executed by the pool engi
 per world size is shared by its items and torn down at the end of the session (or when the
 next world size starts). An item's node id is ``accelkit/conformance/<area>::<name>@N``, so
 pytest's JUnit names it like ``accelkit conformance`` does (``classname``
-``accelkit.conformance.<area>``, ``name`` ``<name>@N``). Expectations become pytest markers:
-``xfail`` -> ``pytest.mark.xfail(strict=--accelkit-strict)``, ``skip`` -> ``pytest.mark.skip``.
-FAIL, ERROR, TIMEOUT and CRASH fail the item with the per-rank details; SKIP and UNAVAILABLE
-skip it with the reason. ``--accelkit-report-dir`` also writes accelkit's own reports. A
+``accelkit.conformance.<area>``, ``name`` ``<name>@N``). Each item's result is the engine's
+(:func:`accelkit.conformance.verdict.verdict`, expectations applied), mapped to pytest's
+outcome without judging it again: FAIL, ERROR, TIMEOUT and CRASH fail the item with the
+per-rank details; SKIP and UNAVAILABLE skip it with the reason; XFAIL is pytest's xfailed,
+XPASS its xpassed (failed under ``--accelkit-strict``). ``--accelkit-report-dir`` also writes accelkit's own reports. A
 session whose accelkit items all SKIPped fails (exit 1), as ``accelkit conformance`` does.
 """
 
@@ -47,21 +48,26 @@ class CheckItem(pytest.Item):
         super().__init__(**kwargs)
         self.step = step
         self.plugin = plugin
+        self.xpassed: str | None = None  # the reason, for pytest_runtest_makereport
 
     def runtest(self) -> None:
         from accelkit.conformance.outcomes import Outcome
 
         result = self.plugin.runner.run_step(self.step)
-        actual = result.actual or result.outcome  # pytest's xfail marker judges the raw one
-        if actual in (Outcome.SKIP, Outcome.UNAVAILABLE):
-            pytest.skip(f"{actual.label}: {result.reason}")
-        if actual is not Outcome.PASS:
+        outcome = result.outcome
+        if outcome in (Outcome.SKIP, Outcome.UNAVAILABLE):
+            pytest.skip(f"{outcome.label}: {result.reason}")
+        if outcome is Outcome.XFAIL:
+            pytest.xfail(result.reason)
+        if outcome is Outcome.XPASS and not self.plugin.options.strict:
+            self.xpassed = result.reason
+        elif outcome is not Outcome.PASS:
             raise CheckDidNotPass(result)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, CheckDidNotPass):
             r = excinfo.value.result
-            parts = [f"{(r.actual or r.outcome).label}: {r.id} on {r.world_size} ranks", r.reason]
+            parts = [f"{r.outcome.label}: {r.id} on {r.world_size} ranks", r.reason]
             for rank in r.ranks:
                 if rank.status not in ("pass", "skip"):
                     parts.append(f"--- rank {rank.rank} ({rank.status}) ---\n"
@@ -98,16 +104,18 @@ class _Conformance:
                 session, name=f"{check.name}@{check.world_size}",
                 nodeid=f"accelkit/conformance/{check.area}::{check.name}@{check.world_size}",
                 step=step, plugin=self)
-            exp = step.expectation
-            if exp is not None and exp.status == "xfail":
-                item.add_marker(pytest.mark.xfail(reason=exp.reason, strict=self.options.strict))
-            elif exp is not None:
-                item.add_marker(pytest.mark.skip(reason=f"expected skip: {exp.reason}"))
             added.append(item)
         items.extend(added)
         # count them like collected files' items (the terminal's "N tests collected")
         config.hook.pytest_collectreport(report=pytest.CollectReport(
             "accelkit", "passed", None, result=added))
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        """An XPASS is reported as pytest reports an xfail-marked test that passed."""
+        report = (yield).get_result()
+        if isinstance(item, CheckItem) and call.when == "call" and item.xpassed is not None:
+            report.outcome, report.wasxfail = "passed", item.xpassed
 
     def pytest_sessionfinish(self, session) -> None:
         from accelkit.conformance import reports

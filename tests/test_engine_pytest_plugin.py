@@ -67,6 +67,22 @@ def test_checks_run_as_items_with_pytest_outcomes_and_junit(tmp_path):
         (c.attrib["classname"], c.attrib["name"]) for c in cases.values()}
 
 
+def test_an_unexpected_pass_is_pytests_xpass_and_fails_under_strict(tmp_path):
+    """The engine's XPASS is pytest's xpassed, or a failure naming it under
+    ``--accelkit-strict``: the plugin maps the engine's verdict, it does not judge again."""
+    exp = tmp_path / "exp.toml"
+    exp.write_text('[checks."fixture.broadcast"]\nstatus = "xfail"\nreason = "said to fail"\n')
+    args = ("--accelkit-backend", "cpu", *PLUGIN_ARGS, "--accelkit-expectations", str(exp),
+            "-k", "broadcast", "--accelkit-world-size", "2")
+    lenient = _pytest(tmp_path, *args)
+    assert lenient.returncode == 0, lenient.stdout + lenient.stderr
+    assert "1 xpassed" in lenient.stdout
+    strict = _pytest(tmp_path, *args, "--accelkit-strict")
+    assert strict.returncode == 1 and "1 failed" in strict.stdout, strict.stdout
+    assert "XPASS: fixture.broadcast on 2 ranks" in strict.stdout
+    assert "passed, but expected to fail: said to fail" in strict.stdout
+
+
 def test_bad_option_is_a_usage_error(tmp_path):
     proc = _pytest(tmp_path, "--accelkit-backend", "nope", *PLUGIN_ARGS, "--co", "-q")
     assert proc.returncode == 4
