@@ -95,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
     if options.list_only:
         _print_list(plan)
         return 0
-    runner = Runner(session.spec, options, terminal.Progress(len(plan.steps)), report)
+    runner = Runner(session.spec, session.options, terminal.Progress(len(plan.steps)), report,
+                    ops=session.ops)
     try:
         runner.run(plan)  # tears its pool down whatever happens
     except KeyboardInterrupt:

@@ -57,7 +57,7 @@ import difflib
 import fnmatch
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -272,15 +272,21 @@ class OpExpectation:
         return row.get("op") == self.op and (self.dtypes is None or row.get("dtype") in self.dtypes)
 
 
-def load_ops(path: str | Path, known: set[str] | None, torch_version: str) -> dict[str, OpExpectation]:
+def load_ops(path: str | Path, known: set[str] | Callable[[], set[str]] | None,
+             torch_version: str) -> dict[str, OpExpectation]:
     """The ``[ops]`` entries of ``path`` that apply to ``torch_version``, by op name. ``known``
-    holds the OpInfo names (an unknown name is an error naming the closest); None skips that
-    check."""
+    holds the OpInfo names (an unknown name is an error naming the closest), or gives them when
+    called (only for a file with ``[ops]`` entries: torch's op_db takes seconds to import);
+    None skips that check."""
     path = Path(path)
     text, data = _read(path)
     entries = data.get("ops", {})
     if not isinstance(entries, dict):
         raise ExpectationsError(f"{path}: 'ops' must be a table of [ops.\"OP\"] entries")
+    if callable(known) and entries:
+        known = known()
+    elif callable(known):
+        known = None
     result = {}
     for op, entry in entries.items():
         line = _line_of(text, op, "ops")

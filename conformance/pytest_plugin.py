@@ -86,14 +86,14 @@ class _Conformance:
         from accelkit.conformance.runner import Runner, plan_session
         from accelkit.conformance.session import UsageError, resolve
 
-        self.options = options_mod.from_pytest(config)
         try:
-            session = resolve(self.options)
+            session = resolve(options_mod.from_pytest(config))
         except UsageError as exc:
             raise pytest.UsageError(f"accelkit: {exc}") from None
+        self.options = session.options
         self.plan, report = plan_session(session)
         report.mode = "pytest"
-        self.runner = Runner(session.spec, self.options, report=report)
+        self.runner = Runner(session.spec, self.options, report=report, ops=session.ops)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, session: pytest.Session, config, items) -> None:

@@ -20,9 +20,8 @@ backend's C++ build) before it; both are in its ``pool_start_s`` and in the repo
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from accelkit.conformance import expectations as expectations_mod
 from accelkit.conformance.api import CheckDef
 from accelkit.conformance.expectations import OpExpectation
 from accelkit.conformance.model import RunReport
@@ -33,7 +32,6 @@ from accelkit.conformance.pool import Pool, PoolStartError
 from accelkit.conformance.session import Session
 from accelkit.conformance.verdict import verdict
 from accelkit.core.spec import BackendSpec
-from accelkit.core.versions import torch_version
 
 #: Consecutive crashes of the pool in one area after which the area's other checks do not run.
 CRASH_STORM = 3
@@ -45,7 +43,8 @@ class Runner:
 
     def __init__(self, spec: BackendSpec, options: Options,
                  progress: Callable[[CheckResult], None] | None = None,
-                 report: RunReport | None = None) -> None:
+                 report: RunReport | None = None,
+                 ops: Mapping[str, OpExpectation] | None = None) -> None:
         self.spec = spec
         self.options = options
         self.progress = progress
@@ -59,14 +58,7 @@ class Runner:
         self._prepare_s = 0.0
         self._crashes: dict[str, list[CheckResult]] = {}  # area -> its latest crashes in a row
         self._stopped: dict[str, str] = {}  # area -> why its other checks do not run
-        self._ops: dict[str, OpExpectation] | None = None
-
-    def _ops_expected(self) -> dict[str, OpExpectation]:
-        """The expectations file's ``[ops]`` entries (validated when the session was made)."""
-        if self._ops is None:
-            path = self.options.expectations
-            self._ops = expectations_mod.load_ops(path, None, torch_version()) if path else {}
-        return self._ops
+        self.ops = dict(ops or {})  # the expectations file's [ops] entries (the session's)
 
     # -- pools ------------------------------------------------------------------------------
     def _pool_for(self, world_size: int, simulated: bool = False) -> Pool:
@@ -172,7 +164,7 @@ class Runner:
         """``step``'s result: :func:`~accelkit.conformance.verdict.verdict` with this run's
         expectations and ``--strict``."""
         return verdict(step.check, ranks, step.expectation, decided=decided,
-                       ops=self._ops_expected(), strict=self.options.strict)
+                       ops=self.ops, strict=self.options.strict)
 
     def _watch_crashes(self, result: CheckResult) -> None:
         """Count the area's crashes in a row; at :data:`CRASH_STORM` stop the area (unless

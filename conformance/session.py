@@ -9,12 +9,12 @@ exception so that the report can say what failed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from accelkit.conformance import expectations as expectations_mod
 from accelkit.conformance import loader
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import Expectation
+from accelkit.conformance.expectations import Expectation, OpExpectation
 from accelkit.conformance.options import Options
 from accelkit.core.spec import BackendSpec
 from accelkit.core.versions import torch_version
@@ -37,10 +37,11 @@ class LoadError(UsageError):
 @dataclass
 class Session:
     spec: BackendSpec
-    options: Options
+    options: Options                       # the run's, ``expectations`` naming the file used
     checks: dict[str, CheckDef]            # every check known (for expectations and ids)
     selected: list[CheckDef]               # after --area and -k, each at its default size
     expectations: dict[str, Expectation] = field(default_factory=dict)
+    ops: dict[str, OpExpectation] = field(default_factory=dict)  # the file's [ops] entries
 
 
 def backend_spec(name: str) -> BackendSpec:
@@ -53,8 +54,9 @@ def backend_spec(name: str) -> BackendSpec:
 
 
 def resolve(options: Options) -> Session:
-    """The session for ``options``; UsageError on bad input, LoadError when the checks (or
-    the backend they import) cannot be imported."""
+    """The session for ``options`` (which it leaves as they are: the session's own name the
+    expectations file used), its expectations file read once; UsageError on bad input,
+    LoadError when the checks (or the backend they import) cannot be imported."""
     problem = options.problem()
     if problem:
         raise UsageError(problem)
@@ -76,21 +78,23 @@ def resolve(options: Options) -> Session:
         raise UsageError(_nothing_selected(options, checks))
     path = options.expectations or (str(spec.expectations) if spec.expectations and options.builtin
                                     else None)
-    expectations = {}
+    expectations, ops = {}, {}
     if path:
         try:
             expectations = expectations_mod.load(path, checks, torch_version())
-            # [ops] names are checked against torch's op_db, whose import takes seconds: only
-            # when the file has [ops] entries and the run has the ops area
-            if (any(c.area == "ops" for c in selected)
-                    and expectations_mod.load_ops(path, None, torch_version())):
-                from accelkit.conformance.checks._opinfo import op_names
-
-                expectations_mod.load_ops(path, op_names(), torch_version())
+            # [ops] names are checked against torch's op_db (when the run has the ops area)
+            ops = expectations_mod.load_ops(
+                path, _op_names if any(c.area == "ops" for c in selected) else None,
+                torch_version())
         except expectations_mod.ExpectationsError as exc:
             raise UsageError(str(exc)) from None
-        options.expectations = path
-    return Session(spec, options, checks, selected, expectations)
+    return Session(spec, replace(options, expectations=path), checks, selected, expectations, ops)
+
+
+def _op_names() -> set[str]:
+    from accelkit.conformance.checks._opinfo import op_names
+
+    return op_names()
 
 
 def _nothing_selected(options: Options, checks: dict[str, CheckDef]) -> str:

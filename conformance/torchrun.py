@@ -83,10 +83,10 @@ class LaunchRunner(Runner):
     """A :class:`Runner` whose ranks are the launch's processes, this one included."""
 
     def __init__(self, spec, options, progress, *, ranks: dict, store, watch_store, finish,
-                 report=None) -> None:
+                 report=None, ops=None) -> None:
         self.rank, self.world_size = ranks["rank"], ranks["world_size"]
         self.local_rank, self.local_world_size = ranks["local_rank"], ranks["local_world_size"]
-        super().__init__(spec, options, progress, report)
+        super().__init__(spec, options, progress, report, ops)
         self.report.mode = "torchrun"
         self.store, self.watch_store = store, watch_store
         self.finish = finish  # rank 0: report -> summary and report files
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if host.unavailable is not None:  # report without touching the device
         if rank != 0:
             return 3 if options.require_available else 0
-        runner = Runner(spec, options, progress)
+        runner = Runner(spec, session.options, progress, ops=session.ops)
         runner.report.unavailable = host.unavailable
         runner.report.mode = "torchrun"
         finish(runner.run(plan))
@@ -263,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     default_store = torch_internals.default_store()
     store = dist.PrefixStore(_PREFIX, default_store.clone())
     watch_store = dist.PrefixStore(_PREFIX, default_store.clone()) if rank == 0 else None
-    runner = LaunchRunner(spec, options, progress, ranks=ranks, store=store,
-                          watch_store=watch_store, finish=finish)
+    runner = LaunchRunner(spec, session.options, progress, ranks=ranks, store=store,
+                          watch_store=watch_store, finish=finish, ops=session.ops)
     runner.remaining = list(plan.steps)
     if rank == 0:
         threading.Thread(target=runner.watch_sigterm, daemon=True, name="sigterm").start()

@@ -444,3 +444,19 @@ def test_the_segment_prefix_is_the_one_mockccl_creates():
     source = (Path(__file__).resolve().parent.parent / "backends" / "mock" / "csrc" /
               "mockccl.cpp").read_text()
     assert f'constexpr const char* kSegmentPrefix = "/{SHM_PREFIX}";' in source
+
+
+def test_resolve_leaves_the_options_it_was_given_and_reads_the_file_once(monkeypatch):
+    """The session's options name the expectations file used (the backend's own here); the
+    caller's stay as they were; the file is read once for its checks and once for its [ops]."""
+    from accelkit.conformance import expectations as expectations_mod
+    from accelkit.conformance.session import resolve
+
+    reads = []
+    real = expectations_mod._read
+    monkeypatch.setattr(expectations_mod, "_read", lambda path: reads.append(path) or real(path))
+    given = Options(backend="cpu", areas=["rng"])
+    session = resolve(given)
+    assert given.expectations is None
+    assert session.options.expectations == str(registry.get("cpu").expectations)
+    assert len(reads) == 2 and session.ops == {}
