@@ -6,7 +6,7 @@ each tox environment timed, with the tests' count and their slowest items.
     python bench/suite_time.py --log FILE [--commit C] [--caches warm|cold] [--readme]
 
 The first form clones HEAD into a temporary folder and runs `.ci/run` there (an hour or more on
-two cores), its output kept in ``bench/results/suite-time.log``; ``--cold`` gives the run an
+two cores), its output written to ``bench/results/suite-time.log`` as it runs; ``--cold`` gives the run an
 empty ``ACCELKIT_CACHE_DIR`` so every C++ part is built (pip's cache is the machine's either
 way). The second records a `.ci/run` that already ran, from its output. Either writes
 ``bench/results/suite-time.json`` and, with ``--readme``, the section of bench/README.md with
@@ -66,8 +66,9 @@ def parse(log: str) -> dict:
     return {"stages": stages, "envs": envs, "pytest": pytest_runs, "slowest": slowest[:15]}
 
 
-def run_ci(cold: bool) -> tuple[str, str, float]:
-    """Clone HEAD, run .ci/run in the clone; its output, commit and wall seconds."""
+def run_ci(cold: bool, log_path: Path) -> tuple[str, str, float]:
+    """Clone HEAD, run .ci/run in the clone, its output written to ``log_path`` as it comes;
+    the output, the commit and the wall seconds."""
     work = Path(tempfile.mkdtemp(prefix="accelkit-suite-time-"))
     try:
         clone = work / "accelkit"
@@ -78,11 +79,12 @@ def run_ci(cold: bool) -> tuple[str, str, float]:
         if cold:
             env["ACCELKIT_CACHE_DIR"] = str(work / "cache")
         started = time.monotonic()
-        proc = subprocess.run([str(clone / ".ci" / "run")], cwd=clone, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        seconds = time.monotonic() - started
-        log = proc.stdout + f"\n.ci/run exit {proc.returncode}\n"
-        return log, commit, seconds
+        with log_path.open("w") as log:
+            code = subprocess.run([str(clone / ".ci" / "run")], cwd=clone, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT).returncode
+            seconds = time.monotonic() - started
+            log.write(f"\n.ci/run exit {code} after {seconds:.0f} s\n")
+        return log_path.read_text(errors="replace"), commit, seconds
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -146,9 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             args.caches
         total = None
     else:
-        log, commit, total = run_ci(args.cold)
+        log, commit, total = run_ci(args.cold, RESULTS / "suite-time.log")
         caches = "cold" if args.cold else "warm"
-        (RESULTS / "suite-time.log").write_text(log)
     parsed = parse(log)
     if not parsed["stages"] or not parsed["envs"]:
         sys.exit("suite_time.py: no stage of .ci/run in the output (it prints '== <stage>: ... "
