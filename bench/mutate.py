@@ -152,6 +152,17 @@ EXPLAINED: dict[str, str] = {
         "equivalent: `t.set_(t)` without its shortcut sets the tensor to its own storage, offset, "
         "sizes and strides, which changes nothing (the shortcut saves the work, as ATen's "
         "set_ does)",
+    "backends/mock/csrc/mockccl_sync.cpp:110":
+        "outside the catalogue's contract: the list of late ranks in mockccl's timeout message "
+        "(the timeout still fires at its deadline on every rank and leaves the group unusable, "
+        "as collectives.group_timeout checks); c10d does not require a backend to name them "
+        "(ProcessGroupNCCL's watchdog names the operation and its sequence number), and the "
+        "mock's tests kill it (tests/test_mockccl_failures.py, "
+        "test_timeout_names_collective_seq_and_missing_rank)",
+    "backends/mock/csrc/mock_runtime.h:297":
+        "equivalent: the entry is a local of the scheduler loop's body, so without the reset "
+        "its captures (what a parked wait holds) are destroyed at the end of the iteration, "
+        "under the scheduler's lock instead of just before it; none of them takes that lock",
     "backends/mock/csrc/mockccl.cpp:84":
         "outside the catalogue's contract: the lower bound of one of the mock's settings "
         "(ACCELKIT_MOCKCCL_KEPT_BYTES); the mock's tests kill it, the refusal naming the range "
