@@ -296,7 +296,21 @@ def offset_rounding(ctx):
 def dropout(ctx):
     """F.dropout on DTensors in training mode: a Replicate input gets the same mask on every
     rank, a Shard(0) input a different mask on each shard; kept values are scaled by 1/(1-p)
-    (PR 103235: dropout is a tracked random op)."""
+    (PR 103235: dropout is a tracked random op). The edges draw nothing and are the CPU's on
+    every device (``aten.native_dropout``): p=1 drops every element (a mask all False, zero
+    gradients), p=0 and evaluation mode keep the input (a mask all True)."""
+    x = torch.arange(1.0, 9.0, device=ctx.device, requires_grad=True)
+    for p, train, kept in ((1.0, True, False), (0.0, True, True), (0.5, False, True)):
+        out, mask = torch.ops.aten.native_dropout(x, p, train)
+        what = f"native_dropout(p={p}, train={train})"
+        assert out is not None and mask is not None, f"{what} returned an undefined tensor"
+        assert out.device == x.device and mask.device == x.device, (
+            f"{what} returned tensors on {out.device} and {mask.device}, not on {x.device}")
+        assert mask.dtype == torch.bool, f"{what}: the mask is {mask.dtype}, not torch.bool"
+        assert_equal(out.detach().cpu(), torch.arange(1.0, 9.0) * kept, f"{what}'s output")
+        assert mask.cpu().tolist() == [kept] * 8, f"{what}'s mask: {mask.cpu().tolist()}"
+    F.dropout(x, p=1.0, training=True).sum().backward()
+    assert_equal(x.grad.cpu(), torch.zeros(8), "the gradient through dropout(p=1)")
     mesh = ctx.mesh((ctx.world_size,))
     _fresh(ctx, mesh)
     ones = torch.ones(8, 16, device=ctx.device)
