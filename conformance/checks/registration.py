@@ -150,8 +150,22 @@ def random_ranges(ctx):
     random_(from, to) over [from, to), negative from included, every value drawn; torch.randint
     alike (torch.Tensor.random_; aten/src/ATen/native/DistributionTemplates.h, random_impl and
     random_from_to_impl). 16384 draws each: a range's top decile is reached unless the draws
-    are wrong."""
+    are wrong. torch.bernoulli of a device tensor of probabilities (``bernoulli_.Tensor``)
+    draws 0 where p is 0 and 1 where p is 1, both where p is 1/2; ``bernoulli_(p)`` alike."""
     n = 1 << 14
+    probs = torch.tensor([0.0, 1.0, 0.5], device=ctx.device).repeat_interleave(n // 4)
+    for what, drawn in (("torch.bernoulli(p)", torch.bernoulli(probs)),
+                        ("Tensor.bernoulli_(p)", torch.empty_like(probs).bernoulli_(probs))):
+        zeros, ones, half = drawn.cpu().split(n // 4)
+        assert drawn.device == probs.device, f"{what} drew on {drawn.device}"
+        assert bool((zeros == 0).all()) and bool((ones == 1).all()), (
+            f"{what} drew {zeros.unique().tolist()} where p is 0 and {ones.unique().tolist()} "
+            "where p is 1")
+        assert sorted(half.unique().tolist()) == [0.0, 1.0], (
+            f"{what} drew {half.unique().tolist()} where p is 1/2")
+    for p in (0.0, 1.0):
+        drawn = torch.empty(n // 4, device=ctx.device).bernoulli_(p).cpu()
+        assert drawn.unique().tolist() == [p], f"bernoulli_({p}) drew {drawn.unique().tolist()}"
     for dtype, top in _RANDOM_TO.items():
         got = torch.empty(n, dtype=dtype, device=ctx.device).random_().cpu()
         wide = got.to(torch.float64) if dtype.is_floating_point else got.to(torch.int64)
