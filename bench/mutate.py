@@ -163,6 +163,11 @@ EXPLAINED: dict[str, str] = {
         "equivalent: the entry is a local of the scheduler loop's body, so without the reset "
         "its captures (what a parked wait holds) are destroyed at the end of the iteration, "
         "under the scheduler's lock instead of just before it; none of them takes that lock",
+    "core/csrc/kernels.cpp:342":
+        "equivalent in behaviour: without its own kernel `view` reaches the boxed fallback, "
+        "which returns a view of an input as a view of the device tensor's storage "
+        "(fallback.cpp), so every view still aliases its base; only slower (a boxed call per "
+        "view)",
     "backends/mock/csrc/mockccl.cpp:84":
         "outside the catalogue's contract: the lower bound of one of the mock's settings "
         "(ACCELKIT_MOCKCCL_KEPT_BYTES); the mock's tests kill it, the refusal naming the range "
