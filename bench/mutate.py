@@ -427,6 +427,11 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
                      f"{sum(m.outcome == 'survived' for m in mine)} | "
                      f"{sum(m.outcome == 'stillborn' for m in mine)} |")
     survivors = [m for m in mutants if m.outcome == "survived"]
+    unexplained = [m for m in survivors if f"{m.path}:{m.line}" not in EXPLAINED]
+    if survivors:
+        lines += ["", f"Of the {len(survivors)} survivors, {len(survivors) - len(unexplained)} "
+                  "are explained below (equivalent, outside what a backend owes, or a bug since "
+                  f"fixed) and {len(unexplained)} are work for the catalogue."]
     lines += ["", "Survivors:" if survivors else "No survivor.", ""]
     for m in survivors:
         why = EXPLAINED.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"
