@@ -42,7 +42,7 @@ def build_device_module(name: str, ext: Any, *,
     if missing:
         raise TypeError(
             f"extension {getattr(ext, '__name__', ext)!r} lacks {', '.join(missing)}: build it "
-            "on <accelkit/device.h> and call accelkit::bind_device(m) in its PYBIND11_MODULE")
+            "on <accelkit/python.h> and call accelkit::bind_device(m) in its PYBIND11_MODULE")
     mod = types.ModuleType(f"torch.{name}", f"The {name!r} device (accelkit), a cuda-like API.")
     ns = _namespace(name, ext, tuple(amp_dtypes))
     for key, value in ns.items():

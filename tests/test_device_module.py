@@ -5,6 +5,7 @@ modules built)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from accelkit.core import device_module
 
@@ -50,3 +51,20 @@ def test_a_fork_after_first_use_is_bad_only_for_the_initialised_device():
     os.waitpid(pid, 0)
     assert child == "10"
     assert used._is_in_bad_fork() is False  # the parent is unaffected
+
+
+def test_an_extension_without_the_bindings_is_refused_naming_the_header_and_the_call():
+    """The refusal names the header that declares bind_device and the call to make."""
+    import types
+
+    import pytest
+    from accelkit.core import cpp
+
+    bare = types.SimpleNamespace(__name__="bare_ext")
+    with pytest.raises(TypeError) as info:
+        device_module.build_device_module("bare", bare)
+    message = str(info.value)
+    assert message.startswith("extension 'bare_ext' lacks device_count, ")
+    header = message.split("on <", 1)[1].split(">", 1)[0]
+    assert (Path(cpp.include_dir()) / header).is_file(), header
+    assert "accelkit::bind_device(m)" in message
