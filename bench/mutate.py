@@ -168,6 +168,9 @@ EXPLAINED: dict[str, str] = {
         "which returns a view of an input as a view of the device tensor's storage "
         "(fallback.cpp), so every view still aliases its base; only slower (a boxed call per "
         "view)",
+    "core/csrc/host_tensor.cpp:90":
+        "equivalent: an internal assertion of an invariant every caller keeps (the host image "
+        "uploaded is made from that storage, never larger); without it nothing else changes",
     "backends/mock/csrc/mockccl.cpp:84":
         "outside the catalogue's contract: the lower bound of one of the mock's settings "
         "(ACCELKIT_MOCKCCL_KEPT_BYTES); the mock's tests kill it, the refusal naming the range "
