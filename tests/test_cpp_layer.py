@@ -172,7 +172,9 @@ MOCK_CSRC = Path(__file__).resolve().parents[1] / "backends" / "mock" / "csrc"
 
 def _sanitized_binary(name: str, sources: list[Path], sanitize: str, torch_libs: bool) -> Path:
     """tests/cpp/<name>.cpp and `sources` built into a program with `-fsanitize=<sanitize>`
-    (cached by the content of the sources and of mockccl's headers, and torch's version)."""
+    (cached by the content of the sources and of mockccl's headers, torch's version, and, for a
+    program linked to torch's libraries, the folder its rpath names: another checkout's virtual
+    environment may be gone)."""
     import hashlib
     import os
 
@@ -180,15 +182,16 @@ def _sanitized_binary(name: str, sources: list[Path], sanitize: str, torch_libs:
     from accelkit.core.cpp import cache_root
 
     include = Path(__file__).resolve().parents[1] / "core" / "include"
+    torch_dir = Path(torch.__file__).parent
     main = CPP / f"{name}.cpp"
     hashed = [main, *sources, *sorted(MOCK_CSRC.glob("mockccl*.h")),
               include / "accelkit" / "c10d" / "transport.h"]
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in hashed) + sanitize.encode()
-                            + torch.__version__.encode()).hexdigest()[:16]
+                            + torch.__version__.encode()
+                            + (str(torch_dir).encode() if torch_libs else b"")).hexdigest()[:16]
     binary = cache_root() / f"{name}-{digest}" / name
     if not binary.exists():
         binary.parent.mkdir(parents=True, exist_ok=True)
-        torch_dir = Path(torch.__file__).parent
         libs = ([f"-L{torch_dir / 'lib'}", "-lc10", f"-Wl,-rpath,{torch_dir / 'lib'}"]
                 if torch_libs else [])
         cmd = [os.environ.get("CXX", "c++"), "-std=c++20", "-O1", "-g", f"-fsanitize={sanitize}",
