@@ -141,6 +141,8 @@ TRANSPORT: dict[str, str] = {
     "Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv": "a peer and a tag",
     "Transport::recv_any <- recv(src=None)": "a tag; the peer comes back",
     "Transport::abort <- a collective past its timeout": "the group's failure, everywhere",
+    "Transport::shutdown <- destroy_process_group right after a collective": "the group's "
+                                                        "release once its last call finished",
 }
 
 #: Each collective of c10d::Backend that accelkit's glue implements (TransportBackend,
@@ -190,8 +192,6 @@ UNOBSERVED: dict[str, str] = {
     "Runtime::device_count_hint": "text added to invalid-device messages",
     "Transport::rank": "the group's coordinates, read by the glue when the group is made",
     "Transport::size": "as rank",
-    "Transport::shutdown": "releases the group after its last call (the mock's is tested by "
-                           "tests/test_mockccl_teardown.py)",
 }
 
 #: The seams' items, in the order of their tables.

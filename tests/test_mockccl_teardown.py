@@ -1,6 +1,7 @@
-"""Teardown and concurrency of accelkit's c10d glue on mockccl: a group shut down or aborted
-with collectives in flight returns within moments (not at the collectives' 1800 s timeout) and
-its pending Work completes with an error; many threads issuing collectives while another aborts
+"""Teardown and concurrency of accelkit's c10d glue on mockccl: a group aborted with
+collectives in flight returns within moments (not at the collectives' 1800 s timeout) and its
+pending Work completes with an error; a group shut down finishes them instead (a collective
+whose peer never comes ends at its own timeout); many threads issuing collectives while another aborts
 neither crash nor hang; a recv(src) and a recv from any source on different threads never take
 the same message.
 
@@ -24,18 +25,21 @@ from conftest import TIME_SCALE
 from test_mockccl_collectives import as_host, build_extensions, spawn_ranks
 
 WORLD = 3
-#: The pending collectives' timeout: a teardown that waited for it would blow the test's budget.
+#: The pending collectives' timeout under abort(): a teardown that waited for it would blow the
+#: test's budget.
 LONG = timedelta(seconds=1800)
+#: Their timeout under shutdown(), which waits for it.
+SHORT = timedelta(seconds=3)
 RECV_ROUNDS = 60
 
 
-def _pending_then(rank, dev, close):
-    """Ranks 0 and 1 start an all_reduce rank 2 never joins, then `close` the group; what the
-    close cost and how the pending Work ended."""
+def _pending_then(rank, dev, close, timeout):
+    """Ranks 0 and 1 start an all_reduce rank 2 never joins on a group with `timeout`, then
+    `close` the group; what the close cost and how the pending Work ended."""
     import torch
     import torch.distributed as dist
 
-    group = dist.new_group(timeout=LONG)
+    group = dist.new_group(timeout=timeout)
     dist.all_reduce(torch.ones(1, device=dev), group=group)  # connected and working
     if rank == 2:
         dist.barrier()  # (default group) the others are done with it
@@ -131,8 +135,8 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
     dist.init_process_group("mock:mockccl,cpu:gloo", rank=rank, world_size=world_size,
                             timeout=timedelta(seconds=60))
     seen = {
-        "shutdown": _pending_then(rank, dev, lambda g: g.shutdown()),
-        "abort": _pending_then(rank, dev, c10d._abort_process_group),
+        "shutdown": _pending_then(rank, dev, lambda g: g.shutdown(), SHORT),
+        "abort": _pending_then(rank, dev, c10d._abort_process_group, LONG),
         "recv": _recv_claims(rank, dev),
         "stress": _stress(rank, dev),
     }
@@ -162,15 +166,27 @@ def test_ranks_finish(scenario):
     assert all(r is not None for r in results)
 
 
-@pytest.mark.parametrize("how", ["shutdown", "abort"])
-def test_teardown_with_a_collective_in_flight_returns_at_once(scenario, how):
+def test_abort_with_a_collective_in_flight_returns_at_once(scenario):
     results, _, _ = scenario
     for rank in (0, 1):
-        seen = results[rank][how]
+        seen = results[rank]["abort"]
         assert seen["close_s"] < 5.0 * TIME_SCALE, seen  # the pending all_reduce's timeout is 1800 s
         assert seen["completed"] is True, seen
         assert seen["error"] is not None and "DistBackendError" in seen["error"], seen
         assert "aborted" in seen["error"] and "in flight" in seen["error"], seen
+
+
+def test_shutdown_finishes_a_collective_in_flight(scenario):
+    """shutdown() does not abort: the all_reduce whose peer never comes ends at its own 3 s
+    timeout (issued 0.3 s before the shutdown), with the timeout's error, and then the
+    shutdown returns (ProcessGroupNCCL::shutdown flushes likewise)."""
+    results, _, _ = scenario
+    for rank in (0, 1):
+        seen = results[rank]["shutdown"]
+        assert 2.0 <= seen["close_s"] < SHORT.total_seconds() + 10.0 * TIME_SCALE, seen
+        assert seen["completed"] is True, seen
+        assert seen["error"] is not None and "DistBackendError" in seen["error"], seen
+        assert "timed out" in seen["error"] and "in flight" not in seen["error"], seen
 
 
 def test_recv_and_recv_any_never_take_the_same_message(scenario):

@@ -571,6 +571,26 @@ def group_timeout(ctx):
     assert_equal(mine, torch.stack(every).sum(0), "all_reduce on the default group afterwards")
 
 
+@check(covers=("Transport::shutdown <- destroy_process_group right after a collective",))
+def destroy_after_collective(ctx):
+    """A group destroyed right after its last collective, without a barrier between (the usual
+    teardown), leaves that collective's results right on every rank: 8 rounds of new_group,
+    all_reduce of 1 MiB, destroy_process_group(group), then the result read. The fastest rank
+    destroys the group while its peers are still finishing the collective, and on an
+    asynchronous device the collective may still be queued on the rank that destroys it:
+    shutdown() finishes what was issued (ProcessGroupNCCL.shutdown flushes its collectives
+    before destroying its communicators; only abort() ends them)."""
+    n = 1 << 18
+    for round_ in range(8):
+        group = dist.new_group(list(range(ctx.world_size)))
+        mine = torch.full((n,), float(ctx.rank + round_), device=ctx.device)
+        dist.all_reduce(mine, group=group)
+        dist.destroy_process_group(group)
+        expected = float(sum(range(ctx.world_size)) + round_ * ctx.world_size)
+        assert_equal(mine[-8:], torch.full((8,), expected),
+                     f"round {round_}: all_reduce on a group destroyed right after it")
+
+
 @check
 def object_collectives(ctx):
     """The object collectives DCP and DTensor's run_check use (all_gather_object,

@@ -237,6 +237,92 @@ def memory_statistics(ctx):
     assert handle.memory_stats()["num_ooms"] == ooms + 1, "num_ooms did not count the refusal"
 
 
+@check(covers=("Runtime::allocate / release",))
+def op_result_memory(ctx):
+    """Tensors a kernel returns are in the allocator's books as torch.empty's are (the layer
+    may take a kernel's buffer as device memory without a copy, or allocate the result before
+    queueing the kernel): while held, memory_allocated() counts at least their bytes; once they
+    are freed, after synchronize() and empty_cache(), memory_allocated() and memory_reserved()
+    are where they were, round after round (torch.cuda.memory_allocated / memory_reserved: a
+    count that drifts reads as a leak in torch's memory tooling and, counted against the
+    device's capacity, ends in an out-of-memory error with the memory free)."""
+    handle = _handle(ctx)
+    a = torch.randn(BIG, device=ctx.device)
+    handle.synchronize()
+    handle.empty_cache()
+    allocated, reserved = handle.memory_allocated(), handle.memory_reserved()
+    for round_ in range(3):
+        results = [a * 2, a + 1, torch.sin(a), a.clone()]
+        handle.synchronize()
+        grew = handle.memory_allocated() - allocated
+        assert grew >= len(results) * BIG * 4, (
+            f"round {round_}: memory_allocated() grew by {grew} bytes while {len(results)} "
+            f"kernel results of {BIG * 4} bytes each are held")
+        del results
+        handle.synchronize()
+        handle.empty_cache()
+        now = (handle.memory_allocated(), handle.memory_reserved())
+        assert now == (allocated, reserved), (
+            f"round {round_}: after the kernel results were freed (synchronize(), empty_cache()) "
+            f"memory_allocated() and memory_reserved() are {now}, not {(allocated, reserved)} "
+            "as before them")
+
+
+#: Ops a training step issues, each queued on a stream by CUDA without the host waiting.
+QUEUED_OPS = {
+    "add": lambda a, b, i, w: a + b,
+    "mm": lambda a, b, i, w: a @ b,
+    "linear": lambda a, b, i, w: torch.nn.functional.linear(a, b, a[0]),
+    "sum(dim)": lambda a, b, i, w: a.sum(0),
+    "softmax": lambda a, b, i, w: a.softmax(-1),
+    "layer_norm": lambda a, b, i, w: torch.nn.functional.layer_norm(a, a.shape[-1:]),
+    "gelu": lambda a, b, i, w: torch.nn.functional.gelu(a),
+    "dropout": lambda a, b, i, w: torch.nn.functional.dropout(a, 0.5),
+    "cat": lambda a, b, i, w: torch.cat([a, b]),
+    "index_select": lambda a, b, i, w: a.index_select(0, i),
+    "embedding": lambda a, b, i, w: torch.nn.functional.embedding(i, w),
+    "cross_entropy": lambda a, b, i, w: torch.nn.functional.cross_entropy(a, i.new_zeros(len(a))),
+    "_foreach_add_": lambda a, b, i, w: torch._foreach_add_([a, b], 1.0),
+    "clone": lambda a, b, i, w: a.clone(),
+}
+
+
+@check(covers=("Runtime::launch",))
+def ops_do_not_wait(ctx):
+    """Ops are queued, not waited for: each of the ops a training step issues (QUEUED_OPS),
+    called while the current stream still has a queue of work, returns with that queue still
+    running (Stream.query() False right after it), as CUDA launches kernels. A host that waits
+    for the device at every op gets the right values, but DDP's and FSDP's overlap of
+    computation with communication is gone. Each op runs once first (a first call may load
+    code); a queue that ends before an op returns is made four times longer, up to 64 times,
+    before the op is said to wait. SKIP on a synchronous device."""
+    _asynchronous_only(ctx)
+    handle = _handle(ctx)
+    ones = torch.ones(BIG, device=ctx.device)
+    a, b = torch.randn(64, 64, device=ctx.device), torch.randn(64, 64, device=ctx.device)
+    i, w = torch.tensor([0, 3, 5], device=ctx.device), torch.randn(10, 8, device=ctx.device)
+    stream = handle.current_stream()
+    waited = []
+    for name, op in QUEUED_OPS.items():
+        op(a, b, i, w)
+        handle.synchronize()
+        for length in (1, 4, 16, 64):
+            x = torch.zeros(BIG, device=ctx.device)
+            for _ in range(length):
+                x = _slowly(x, ones)
+            op(a, b, i, w)
+            busy = not stream.query()
+            handle.synchronize()
+            if busy:
+                break
+        else:
+            waited.append(name)
+    assert not waited, (
+        f"{', '.join(waited)} returned only once the stream's queue had run ({len(waited)} of "
+        f"{len(QUEUED_OPS)} ops; the queue before each was up to {64 * CHAIN} kernels on "
+        f"{BIG * 4 // 2**20} MiB): the host waits for the device at these ops")
+
+
 #: Side of the float32 matmuls event_timing times (a few ms to a few hundred on any device).
 TIMED = 1024
 

@@ -54,7 +54,11 @@ TransportBackend::TransportBackend(Connect connect, const c10::intrusive_ptr<::c
   init();
 }
 
-TransportBackend::~TransportBackend() { close(false, "the process group was destroyed"); }
+// Dropped without shutdown() (NCCL's destructor aborts its communicators likewise): nothing
+// will wait for the work still in flight, so it is aborted rather than waited for.
+TransportBackend::~TransportBackend() {
+  close(Ending::kAbortInFlight, "the process group was destroyed");
+}
 
 c10::intrusive_ptr<::c10d::Backend::Options> TransportBackend::getBackendOptions() {
   return c10::make_intrusive<Options>(name_, timeout_);
@@ -72,15 +76,18 @@ c10::intrusive_ptr<::c10d::Backend> TransportBackend::split(
                                                device_type_, name_);
 }
 
-void TransportBackend::shutdown() { close(false, "the process group was shut down"); }
+void TransportBackend::shutdown() { close(Ending::kFinish, "the process group was shut down"); }
 
-void TransportBackend::abort() { close(true, "the process group was aborted"); }
+void TransportBackend::abort() { close(Ending::kAbort, "the process group was aborted"); }
 
-// Order matters: (1) mark closed, so new calls raise; (2) abort the transport, so operations
-// blocked in it (waiting for peers) raise now instead of at their timeout; (3) stop the
-// workers, which runs what is queued (each raises at once on the aborted transport and
-// completes its Work with the error) and joins them; (4) release the transport.
-void TransportBackend::close(bool force, const char* why) {
+// Order matters: (1) mark closed, so new calls raise; (2) when aborting, abort the transport,
+// so operations blocked in it (waiting for peers) raise now instead of at their timeout;
+// (3) stop the workers, which runs what is queued (finishing it, or, aborted, each raising at
+// once and completing its Work with the error) and joins them; (4) release the transport.
+// shutdown() finishes what was issued: on an asynchronous device a collective issued just
+// before destroy_process_group may not have run yet, and its peers need this rank's part
+// (ProcessGroupNCCL::shutdown flushes its collectives before destroying its communicators).
+void TransportBackend::close(Ending ending, const char* why) {
   // The workers may need the GIL to finish (a Work's Python callback); the destructor runs
   // wherever Python drops the group, with the GIL held.
   detail::WithoutGil no_gil;
@@ -92,7 +99,8 @@ void TransportBackend::close(bool force, const char* why) {
     for (auto& entry : p2p_) workers.push_back(entry.second.get());
   }
   const int64_t in_flight = pending_;
-  if (force || in_flight > 0) {
+  if (ending == Ending::kAbort || (ending == Ending::kAbortInFlight && in_flight > 0)) {
+    aborted_ = true;
     transport_->abort(std::string(why) + " on rank " + std::to_string(rank_) + " with " +
                       std::to_string(in_flight) + " operation(s) in flight");
   }
@@ -235,11 +243,11 @@ void TransportBackend::wait_for_producers(const c10::Event& ready, const CallInf
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(10);
   while (!ready.query()) {
-    if (closed_) {
+    if (aborted_) {
       C10_THROW_ERROR(DistBackendError,
                       name_ + ": " + call.name + " (collective #" + std::to_string(call.seq) +
                           ") was waiting for the queued work that produces its inputs when the "
-                          "process group was aborted or shut down on rank " +
+                          "process group was aborted on rank " +
                           std::to_string(rank_) + " with it in flight");
     }
     const auto waited = std::chrono::steady_clock::now() - start;

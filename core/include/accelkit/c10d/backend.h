@@ -7,9 +7,10 @@
 // worker thread (point-to-point ops on one thread per peer and direction, so a send and a recv
 // between the same two ranks never wait on each other). Every op returns a Work.
 //
-// Teardown with operations in flight (abort(), shutdown(), destroy_process_group) aborts the
-// transport first, so every pending Work completes with an error within moments, then joins
-// the workers; it never waits for a pending collective's timeout.
+// Teardown: shutdown() (destroy_process_group) finishes the operations issued before it, as
+// ProcessGroupNCCL's does; abort(), and the destructor of a group dropped with operations in
+// flight, abort the transport first, so every pending Work completes with an error within
+// moments, then join the workers: they never wait for a pending collective's timeout.
 //
 // Streams, on an asynchronous device (Runtime::async), as NCCL does: a collective starts once
 // the work queued on the caller's current stream before it is done (an event recorded at issue),
@@ -164,10 +165,11 @@ class TransportBackend : public ::c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_; }
 
-  // Teardown: no new operations; operations in flight are aborted (they complete with an
-  // error), queued ones fail at once; the workers are joined and the transport released.
+  // Teardown: no new operations; the operations issued before it run to their end (each
+  // completes, or fails at its timeout); the workers are joined and the transport released.
   void shutdown() override;
-  // As shutdown(), and the transport is aborted even when nothing is in flight.
+  // As shutdown(), but the transport is aborted first: operations in flight complete with an
+  // error within moments, queued ones fail at once.
   void abort() override;
 
   // Operations queued or running, not yet completed.
@@ -283,10 +285,12 @@ class TransportBackend : public ::c10d::Backend {
   // The thread that completes the futures of operations on an asynchronous device (created on
   // first use).
   OrderedWorker& callback_worker();
-  // shutdown() and abort(): abort the transport when `force` or operations are in flight.
-  void close(bool force, const char* why);
+  // How close() ends the operations in flight: finish them (shutdown()), abort them when
+  // there are any (the destructor), abort the transport in any case (abort()).
+  enum class Ending { kFinish, kAbortInFlight, kAbort };
+  void close(Ending ending, const char* why);
   // Asynchronous device: block the worker until `ready` (recorded after the work that
-  // produces the call's inputs) completed, or raise once the group is closed or the call's
+  // produces the call's inputs) completed, or raise once the group is aborted or the call's
   // timeout passed: a stream that never gets there cannot keep abort() waiting.
   void wait_for_producers(const c10::Event& ready, const CallInfo& call) const;
 
@@ -298,6 +302,7 @@ class TransportBackend : public ::c10d::Backend {
   std::atomic<uint64_t> seq_{0};
   std::atomic<int64_t> pending_{0};
   std::atomic<bool> closed_{false};
+  std::atomic<bool> aborted_{false};
   std::mutex lifecycle_mutex_;  // guards p2p_, callbacks_ and the closing
   std::map<std::pair<int, bool>, std::unique_ptr<OrderedWorker>> p2p_;
   std::unique_ptr<OrderedWorker> callbacks_;
