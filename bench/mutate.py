@@ -100,7 +100,7 @@ FILE_AREAS: dict[str, tuple[str, ...]] = {
     "python.cpp": ("registration", "streams"),
     "host_tensor.cpp": ("dtensor", "registration", "ops"),
     "kernels.cpp": ("dtensor", "registration", "tp", "ops"),
-    "fallback.cpp": ("dtensor", "tp", "registration", "ops"),
+    "fallback.cpp": ("dtensor", "tp", "registration", "ops", "streams"),
     "layouts.cpp": ("registration", "dtensor", "ops"),
     "autocast.cpp": ("registration", "training"),
     "rnn_cells.cpp": ("training",),
@@ -143,6 +143,12 @@ EXPLAINED: dict[str, str] = {
         "glue took its outputs transposed (a list per input, where torch and gloo take a list "
         "per rank); the function is rewritten and collectives.coalesced calls it, failing on "
         "the old code",
+    "core/csrc/c10d/backend.cpp:95":
+        "a real bug behind it: shutdown() (destroy_process_group) aborted the transport whenever "
+        "work was in flight, so on an asynchronous device a collective issued just before "
+        "destroy_process_group failed on every rank; close() is rewritten (shutdown() finishes "
+        "what was issued, as ProcessGroupNCCL's; abort() aborts) and "
+        "collectives.destroy_after_collective fails on the old code",
     "backends/mock/csrc/mockccl_sync.cpp:176":
         "equivalent for what a backend owes: after another rank aborted the group, each later "
         "call still raises DistBackendError naming that rank and its reason (check_aborted reads "
