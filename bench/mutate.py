@@ -21,18 +21,21 @@ long), and run against the catalogue at ``--world-size`` on the mock:
 2. a mutant that survived that: the whole catalogue in the default mode, then the areas of the
    file in the discrete and asynchronous modes (:data:`MODES`), which reach the paths the
    default mode does not;
+3. a mutant that survived those, of a file with tests of its own behaviour beyond the
+   catalogue's contract (:data:`FILE_TESTS`: mockccl's error reporting and settings): those
+   tests;
 
 then the file is restored (also when the run is interrupted). A mutant is
 
     stillborn  its build fails (not counted)
     killed     a check ends FAIL, ERROR, TIMEOUT, CRASH or XPASS where the unmutated control
-               run of the same mode passed
+               run of the same mode passed (or, in stage 3, a test fails that passed unmutated)
     survived   nothing changed
 
-The score is killed / (killed + survived). Each survivor is listed with its diff; one that is
-not work for the catalogue is explained in :data:`EXPLAINED` (``file:line`` -> why: an
-equivalent mutant, behaviour outside what a backend owes, or code since rewritten), the
-others are work for the catalogue. ``--readme`` writes the score, the
+The score is killed / (killed + survived), and again with the equivalent mutants left out
+(the usual mutation score: no test can kill them). Each survivor is listed with its diff; one
+that is not work for the catalogue is explained in :data:`EXPLAINED` (``file:line`` -> why: an
+equivalent mutant, or code since rewritten), the others are work for the catalogue. ``--readme`` writes the score, the
 survivors and the raw results' place into bench/README.md.
 
     python bench/mutate.py [--mutants 40] [--seed 1] [--world-size 2] [--json FILE] [--readme]
@@ -114,6 +117,10 @@ FILE_AREAS: dict[str, tuple[str, ...]] = {
     "binary_ops.cpp": ("dtensor", "tp", "ops"),
 }
 MOCKCCL_AREAS = ("collectives", "devicemesh")
+#: The project's own tests of a file's behaviour beyond what the catalogue asks of a backend
+#: (by the file name's start): a survivor of every catalogue stage runs them last, so a mutant
+#: of mockccl's own error reporting is killed by the test of that reporting, not explained away.
+FILE_TESTS: dict[str, tuple[str, ...]] = {"mockccl": ("tests/test_mockccl_failures.py",)}
 DEFAULT_AREAS = ("registration", "collectives", "dtensor", "streams", "rng")
 
 #: The mock's modes (the fault matrix's, tests/fixtures/mutant_faults.py): a survivor is also
@@ -133,11 +140,6 @@ EXPLAINED: dict[str, str] = {
     "core/csrc/register.cpp:91":
         "equivalent: a digit inside an error message's string literal; the script no longer "
         "picks sites inside string or character literals",
-    "backends/mock/csrc/mockccl_sync.cpp:202":
-        "outside the catalogue's contract: mockccl's own detection of ranks issuing different "
-        "collectives, which no c10d backend owes (NCCL hangs; torch's ProcessGroupWrapper "
-        "detects it under TORCH_DISTRIBUTED_DEBUG=DETAIL); the mock's tests kill it "
-        "(tests/test_mockccl_failures.py, test_mismatch_raises_on_every_rank)",
     "core/csrc/c10d/operations.cpp:73":
         "a real bug behind it: no check called torch.distributed.all_gather_coalesced, and the "
         "glue took its outputs transposed (a list per input, where torch and gloo take a list "
@@ -158,13 +160,6 @@ EXPLAINED: dict[str, str] = {
         "equivalent: `t.set_(t)` without its shortcut sets the tensor to its own storage, offset, "
         "sizes and strides, which changes nothing (the shortcut saves the work, as ATen's "
         "set_ does)",
-    "backends/mock/csrc/mockccl_sync.cpp:110":
-        "outside the catalogue's contract: the list of late ranks in mockccl's timeout message "
-        "(the timeout still fires at its deadline on every rank and leaves the group unusable, "
-        "as collectives.group_timeout checks); c10d does not require a backend to name them "
-        "(ProcessGroupNCCL's watchdog names the operation and its sequence number), and the "
-        "mock's tests kill it (tests/test_mockccl_failures.py, "
-        "test_timeout_names_collective_seq_and_missing_rank)",
     "backends/mock/csrc/mock_runtime.h:297":
         "equivalent: the entry is a local of the scheduler loop's body, so without the reset "
         "its captures (what a parked wait holds) are destroyed at the end of the iteration, "
@@ -180,10 +175,6 @@ EXPLAINED: dict[str, str] = {
     "backends/mock/csrc/mockccl.cpp:201":
         "equivalent: a digit inside an error message's string literal (chosen before the "
         "script stopped picking sites inside literals)",
-    "backends/mock/csrc/mockccl.cpp:84":
-        "outside the catalogue's contract: the lower bound of one of the mock's settings "
-        "(ACCELKIT_MOCKCCL_KEPT_BYTES); the mock's tests kill it, the refusal naming the range "
-        "(tests/test_mockccl_failures.py, test_bad_transport_sizes_are_refused_naming_the_setting)",
 }
 
 
@@ -356,6 +347,32 @@ class Controls:
                                        self.work / "control", self.timeout)
         return self.runs[key]
 
+    def tests(self, files: tuple[str, ...]) -> dict[str, str]:
+        key = ("tests", files)
+        if key not in self.runs:
+            self.runs[key] = run_tests(self.cache, files, self.work / "control-tests.xml")
+        return self.runs[key]
+
+
+def run_tests(cache: Path, files: tuple[str, ...], junit: Path) -> dict[str, str]:
+    """test node id -> "pass" or "fail" of one pytest run of ``files`` on the tree as it is."""
+    junit.unlink(missing_ok=True)
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"--junitxml={junit}", *files], cwd=ROOT, env=_env(cache, "default"),
+                   capture_output=True, text=True, timeout=3600)
+    if not junit.exists():
+        return {"(the test run)": "crash"}
+    import xml.etree.ElementTree as ET
+
+    return {f"{case.get('classname')}::{case.get('name')}":
+            "fail" if case.find("failure") is not None or case.find("error") is not None
+            else "pass" for case in ET.parse(junit).iter("testcase")}
+
+
+def _tests(path: str) -> tuple[str, ...]:
+    name = Path(path).name
+    return next((files for start, files in FILE_TESTS.items() if name.startswith(start)), ())
+
 
 def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work: Path,
                timeout: float) -> None:
@@ -374,7 +391,7 @@ def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work
         # which the cache (keyed by the sources' content) still holds
         path.write_text(original)
         try:
-            return controls.get(mode, selection)
+            return controls.tests(selection) if mode == "tests" else controls.get(mode, selection)
         finally:
             path.write_text(mutated)
 
@@ -394,6 +411,14 @@ def run_mutant(m: Mutant, cache: Path, controls: Controls, world_size: int, work
             if found:
                 m.outcome, m.killed_by = "killed", found
                 m.stage = f"{mode}: {'areas ' + ', '.join(selection) if selection else 'catalogue'}"
+                return
+        tests = _tests(m.path)
+        if tests:
+            found = killers(run_tests(cache, tests, work / "mutant-tests.xml"),
+                            control("tests", tests))
+            if found:
+                m.outcome, m.killed_by = "killed", found
+                m.stage = f"tests: {', '.join(tests)}"
                 return
         m.outcome, m.stage = "survived", "every stage"
     finally:
@@ -440,10 +465,19 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
                      f"{sum(m.outcome == 'stillborn' for m in mine)} |")
     survivors = [m for m in mutants if m.outcome == "survived"]
     unexplained = [m for m in survivors if f"{m.path}:{m.line}" not in EXPLAINED]
+    equivalent = [m for m in survivors
+                  if EXPLAINED.get(f"{m.path}:{m.line}", "").startswith("equivalent")]
+    by_tests = [m for m in counted if m.outcome == "killed" and m.stage.startswith("tests")]
+    if counted:
+        lines[2] += (f" **Mutation score with the {len(equivalent)} equivalent mutants left out "
+                     f"(no check can kill them): {killed} of {len(counted) - len(equivalent)} "
+                     f"({100.0 * killed / max(len(counted) - len(equivalent), 1):.0f} %)**"
+                     + (f", {len(by_tests)} of the kills by the project's tests of the mock's own "
+                        "behaviour (stage 3)" if by_tests else "") + ".")
     if survivors:
         lines += ["", f"Of the {len(survivors)} survivors, {len(survivors) - len(unexplained)} "
-                  "are explained below (equivalent, outside what a backend owes, or a bug since "
-                  f"fixed) and {len(unexplained)} are work for the catalogue."]
+                  "are explained below (equivalent, or a bug since fixed) and "
+                  f"{len(unexplained)} are work for the catalogue."]
     lines += ["", "Survivors:" if survivors else "No survivor.", ""]
     for m in survivors:
         why = EXPLAINED.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"

@@ -112,6 +112,35 @@ def test_the_control_runs_the_unmutated_tree_and_the_file_is_restored(monkeypatc
     assert source.read_text() == "int f() {\n  g();\n  return 1;\n}\n"
 
 
+def test_a_survivor_of_the_catalogue_meets_its_files_own_tests_last(monkeypatch, tmp_path):
+    """A mockccl mutant that survives every catalogue stage runs the tests of FILE_TESTS (a real
+    pytest run: a test that fails with the mutant in the tree and passed without it kills it);
+    a mutant of a file without such tests survives without them."""
+    source = tmp_path / "backends" / "mock" / "csrc" / "mockccl_x.cpp"
+    source.parent.mkdir(parents=True)
+    source.write_text("int f() {\n  g();\n}\n")
+    test = tmp_path / "test_x.py"
+    test.write_text("from pathlib import Path\n\n\n"
+                    "def test_kept():\n"
+                    f"    assert 'g();' in Path({str(source)!r}).read_text()\n\n\n"
+                    "def test_always():\n    pass\n")
+    m = mutate.Mutant(str(source.relative_to(tmp_path)), 2, "drop", "  g();",
+                      "  /* dropped by bench/mutate.py */")
+    monkeypatch.setattr(mutate, "ROOT", tmp_path)
+    monkeypatch.setattr(mutate, "FILE_TESTS", {"mockccl": (str(test),)})
+    monkeypatch.setattr(mutate, "build", lambda cache: (True, ""))
+    monkeypatch.setattr(mutate, "catalogue", lambda *args: {"collectives.x@2": "pass"})
+    mutate.run_mutant(m, tmp_path, mutate.Controls(tmp_path, 2, tmp_path, 10), 2, tmp_path, 10)
+    assert m.outcome == "killed" and m.stage == f"tests: {test}", (m.outcome, m.stage)
+    assert m.killed_by == ["test_x::test_kept"]
+    other = mutate.Mutant("core/csrc/x.cpp", 2, "drop", "  g();", "  /* dropped */")
+    (tmp_path / "core" / "csrc").mkdir(parents=True)
+    (tmp_path / "core" / "csrc" / "x.cpp").write_text("int f() {\n  g();\n}\n")
+    mutate.run_mutant(other, tmp_path, mutate.Controls(tmp_path, 2, tmp_path, 10), 2, tmp_path,
+                      10)
+    assert (other.outcome, other.stage) == ("survived", "every stage")
+
+
 def test_resume_runs_the_pending_mutants_where_their_lines_are_now(monkeypatch, tmp_path):
     """A stopped run's pending mutants run on the tree as it is, each found by its line's text
     (one line lower after an edit); one whose line was rewritten is gone, not counted; what ran
