@@ -22,6 +22,19 @@ EXTENSIONS: dict[str, dict] = {
 }
 
 
+#: The mock's modes, each its settings (read once, by ``csrc/mock_runtime.h``): its memory
+#: (host-accessible, which the layer uses without copies, or a discrete device's, which the host
+#: cannot address) and whether its work is queued on streams. Both are set in each, so a mode
+#: does not inherit the other's from the environment. The runs in every mode (tox's
+#: conformance-modes, the mutation tests, the benchmarks, tests/mock_process.py) take them here.
+MODES: dict[str, dict[str, str]] = {
+    "default": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "1", "ACCELKIT_MOCK_ASYNC": "0"},
+    "discrete": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0", "ACCELKIT_MOCK_ASYNC": "0"},
+    "async": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "1", "ACCELKIT_MOCK_ASYNC": "1"},
+    "discrete-async": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0", "ACCELKIT_MOCK_ASYNC": "1"},
+}
+
+
 #: The preprocessor macro of the fault build (``core/csrc/faults.h``).
 FAULT_DEFINES = ("ACCELKIT_FAULTS",)
 

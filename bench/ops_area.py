@@ -23,17 +23,13 @@ import time
 from pathlib import Path
 
 from _results import environment, write_section
+from accelkit.backends import mock_spec
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
 BEGIN, END = "<!-- ops_area.py: begin -->", "<!-- ops_area.py: end -->"
-#: The mock's modes, as conformance-modes runs them.
-MODES = {
-    "default": {},
-    "discrete": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0"},
-    "discrete-async": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0", "ACCELKIT_MOCK_ASYNC": "1"},
-    "async": {"ACCELKIT_MOCK_ASYNC": "1"},
-}
+#: The mock's modes (accelkit.backends.mock_spec.MODES), in the order conformance-modes runs them.
+MODES = {mode: mock_spec.MODES[mode] for mode in ("default", "discrete", "discrete-async", "async")}
 STATUSES = ("pass", "fail", "error", "xfail", "xpass", "skip")
 #: The registry sweep: its rows are aten ops without a path, not OpInfo x dtype rows.
 REGISTRY = "ops.registry"

@@ -29,15 +29,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from accelkit.backends.mock_spec import MODES as MOCK_MODES
 
-#: The mock's modes: its memory (host-accessible zero-copy, or a discrete device's that the
-#: host cannot address) and whether its work is queued on streams.
-MOCK_MODES: dict[str, dict[str, str]] = {
-    "default": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "1", "ACCELKIT_MOCK_ASYNC": "0"},
-    "discrete": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0", "ACCELKIT_MOCK_ASYNC": "0"},
-    "async": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "1", "ACCELKIT_MOCK_ASYNC": "1"},
-    "discrete-async": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0", "ACCELKIT_MOCK_ASYNC": "1"},
-}
 #: Set in the fresh interpreter, where the module's tests are collected and run as usual.
 INSIDE = "ACCELKIT_MOCK_TEST_PROCESS"
 #: A module's run in one mode (its collection, then its tests), in seconds.
