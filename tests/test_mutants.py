@@ -46,13 +46,18 @@ CATCHERS: dict[str, tuple[str, ...]] = {
     "guard_keeps_new_device": ("registration.guard_restores_device",),
     "device_barrier_noop": ("collectives.device_barrier",),
     "peer_copy_dropped": ("registration.runtime_copies", "registration.device_copies"),
+    "stream_query_always_done": ("streams.stream_query",),
+    "event_records_on_current_stream": ("streams.event_record_stream",),
+    "wait_event_unordered": ("streams.side_stream_events",),
 }
 
 WORLD_SIZE = 2
 
 #: Stream-ordering checks SKIP on the synchronous mock (the ordering cannot go wrong there):
 #: the asynchronous mutants they catch pass the other modes unseen, as the fault test expects.
-SYNCHRONOUS_SKIPS = {"streams.record_stream", "streams.collective_ordering"}
+SYNCHRONOUS_SKIPS = {"streams.record_stream", "streams.collective_ordering",
+                     "streams.stream_query", "streams.event_record_stream",
+                     "streams.side_stream_events"}
 
 
 def test_every_mutant_has_catchers_and_the_build_lists_the_same_faults():

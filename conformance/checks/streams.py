@@ -44,6 +44,19 @@ def _slowly(x: torch.Tensor, ones: torch.Tensor) -> torch.Tensor:
     return x
 
 
+#: The lengths, in chains of CHAIN kernels, a queue of work grows through when it ended before
+#: a check could look at it (a fast device): a check that needs work still queued tries each.
+LENGTHS = (1, 4, 16, 64)
+
+
+def _queue(ctx, ones: torch.Tensor, length: int) -> torch.Tensor:
+    """``length`` chains of CHAIN kernels on BIG elements, queued on the current stream."""
+    x = torch.zeros(BIG, device=ctx.device)
+    for _ in range(length):
+        x = _slowly(x, ones)
+    return x
+
+
 def _asynchronous_only(ctx) -> None:
     """SKIP on a device that says it is synchronous (``torch.<device>.is_async()`` False, as
     accelkit's device module answers): there every call is done when it returns, so the
@@ -237,6 +250,71 @@ def memory_statistics(ctx):
     assert handle.memory_stats()["num_ooms"] == ooms + 1, "num_ooms did not count the refusal"
 
 
+@check(covers=("guard.queryStream", "guard.queryEvent", "Runtime::stream_query"))
+def stream_query(ctx):
+    """Stream.query() and Event.query() tell queued work from finished work: right after a
+    queue of kernels is issued, the stream's query() is False and an event recorded behind them
+    is not complete; once that event's synchronize() returns, its query() is True and so is the
+    stream's after synchronize() (torch.cuda.Stream.query, Event.query: FSDP2 and DCP poll them,
+    and a query that always says done lets them read results that are not there yet). A queue that ended before query() was asked is made
+    four times longer, up to 64 times. SKIP on a synchronous device."""
+    _asynchronous_only(ctx)
+    handle = _handle(ctx)
+    ones = torch.ones(BIG, device=ctx.device)
+    stream = handle.current_stream()
+    for length in LENGTHS:
+        handle.synchronize()
+        _queue(ctx, ones, length)
+        event = handle.Event()
+        event.record()
+        stream_busy, event_pending = not stream.query(), not event.query()
+        if stream_busy and event_pending:
+            break
+    queued = f"{length * CHAIN} kernels on {BIG * 4 // 2**20} MiB just queued"
+    assert stream_busy, f"Stream.query() is True with {queued} on the stream"
+    assert event_pending, f"Event.query() is True for an event recorded behind {queued}"
+    event.synchronize()
+    assert event.query(), "Event.query() is False once Event.synchronize() returned"
+    stream.synchronize()
+    assert stream.query(), "Stream.query() is False once Stream.synchronize() returned"
+
+
+@check(covers=("guard.record", "torch.<device>.Event"))
+def event_record_stream(ctx):
+    """Event.record(stream) records on the stream it is given, not the current one: with a
+    queue of work on one side stream and the current stream another, idle one, an event
+    recorded on the current stream (torch.accelerator.current_stream(), as FSDP2 passes it)
+    completes without waiting for that queue, and one recorded on the busy stream just before
+    it is then still not complete (torch.Event.record(stream); torch.cuda.Event.record(stream)). The
+    current stream is not the default one, which a device may order after every other stream
+    (CUDA's legacy default stream). A queue that ended before the events were looked at is
+    made four times longer, up to 64 times. SKIP on a synchronous device."""
+    _asynchronous_only(ctx)
+    handle = _handle(ctx)
+    ones = torch.ones(BIG, device=ctx.device)
+    busy, quiet = handle.Stream(), handle.Stream()
+    for length in LENGTHS:
+        handle.synchronize()
+        with handle.stream(busy):
+            _queue(ctx, ones, length)
+        with handle.stream(quiet):
+            current = torch.accelerator.current_stream()
+            on_busy, on_current = torch.Event(ctx.device), torch.Event(ctx.device)
+            on_busy.record(busy)
+            on_current.record(current)
+            on_current.synchronize()  # an idle stream's event: done in moments
+            busy_pending, still_busy = not on_busy.query(), not busy.query()
+        if busy_pending and still_busy:
+            break
+    queued = f"{length * CHAIN} kernels on {BIG * 4 // 2**20} MiB just queued on another stream"
+    assert busy_pending, (f"an event recorded on a stream with {queued.replace(' on another stream', '')} "
+                          "completed at once (recorded on the idle current stream instead?)")
+    assert still_busy, (f"an event recorded on the idle current stream completed only with the "
+                        f"work of the other stream ({queued}): recorded there?")
+    on_busy.synchronize()
+    assert on_busy.query(), "Event.query() is False once Event.synchronize() returned"
+
+
 @check(covers=("Runtime::allocate / release",))
 def op_result_memory(ctx):
     """Tensors a kernel returns are in the allocator's books as torch.empty's are (the layer
@@ -306,10 +384,8 @@ def ops_do_not_wait(ctx):
     for name, op in QUEUED_OPS.items():
         op(a, b, i, w)
         handle.synchronize()
-        for length in (1, 4, 16, 64):
-            x = torch.zeros(BIG, device=ctx.device)
-            for _ in range(length):
-                x = _slowly(x, ones)
+        for length in LENGTHS:
+            _queue(ctx, ones, length)
             op(a, b, i, w)
             busy = not stream.query()
             handle.synchronize()
@@ -319,7 +395,7 @@ def ops_do_not_wait(ctx):
             waited.append(name)
     assert not waited, (
         f"{', '.join(waited)} returned only once the stream's queue had run ({len(waited)} of "
-        f"{len(QUEUED_OPS)} ops; the queue before each was up to {64 * CHAIN} kernels on "
+        f"{len(QUEUED_OPS)} ops; the queue before each was up to {LENGTHS[-1] * CHAIN} kernels on "
         f"{BIG * 4 // 2**20} MiB): the host waits for the device at these ops")
 
 

@@ -72,6 +72,13 @@ const std::vector<Fault>& all() {
       {"peer_copy_dropped",
        "the runtime's copies between two devices do nothing (a peer-to-peer path never "
        "enabled)"},
+      {"stream_query_always_done",
+       "Stream.query() is always True (a driver call that reports the stream idle whatever "
+       "is queued)"},
+      {"event_records_on_current_stream",
+       "Event.record(stream) records on the current stream, not the one given"},
+      {"wait_event_unordered",
+       "Stream.wait_event (and wait_stream) returns without making the stream wait"},
   };
   return faults;
 }

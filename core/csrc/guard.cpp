@@ -80,6 +80,9 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   bool queryStream(const c10::Stream& s) const override {
+#ifdef ACCELKIT_FAULTS
+    if (faults::active("stream_query_always_done")) return true;
+#endif
     return runtime().stream_query(resolve_index(s.device_index()), s.id());
   }
   void synchronizeStream(const c10::Stream& s) const override {
@@ -98,10 +101,17 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
       e = new Event{stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT};
       *event = e;
     }
-    e->state->record(resolve_index(stream.device_index()), stream.id());
+    c10::Stream on = stream;
+#ifdef ACCELKIT_FAULTS
+    if (faults::active("event_records_on_current_stream")) on = getStream(stream.device());
+#endif
+    e->state->record(resolve_index(on.device_index()), on.id());
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;  // never recorded: nothing to wait for
+#ifdef ACCELKIT_FAULTS
+    if (faults::active("wait_event_unordered")) return;
+#endif
     static_cast<Event*>(event)->state->block(resolve_index(stream.device_index()), stream.id());
   }
   bool queryEvent(void* event) const override {
