@@ -100,6 +100,8 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     # the catalogue's checks (conformance/checks/)
     PrivateAPI("torch._chunk_cat", "training: FSDP2's gradient packing op"),
     PrivateAPI("torch._fused_sdp_choice", "training: the SDPA backend chosen for the device"),
+    PrivateAPI("torch._foreach_add_",
+               "streams: the foreach kernel optimizers launch, one of the ops that must queue"),
     PrivateAPI("torch._C._distributed_c10d",
                "registration: c10d's Backend.Options (the options-cache drift check)"),
     PrivateAPI("torch._has_compatible_shallow_copy_type",

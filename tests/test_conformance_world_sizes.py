@@ -28,7 +28,8 @@ TORCH_REFUSES = {"compile.dtensor_random_aot_eager", "compile.dtensor_random_ind
 #: Stream-ordering checks, which cannot fail on the mock's default synchronous mode and SKIP
 #: there with that reason (they run in the asynchronous modes of `tox -e conformance-modes`).
 SYNCHRONOUS_SKIPS = {"streams.collective_ordering", "streams.side_stream_events",
-                     "streams.record_stream"}
+                     "streams.record_stream", "streams.event_record_stream",
+                     "streams.ops_do_not_wait", "streams.stream_query"}
 
 
 @pytest.mark.parametrize("world_size", [2, 8, 16])

@@ -578,8 +578,10 @@ def destroy_after_collective(ctx):
     all_reduce of 1 MiB, destroy_process_group(group), then the result read. The fastest rank
     destroys the group while its peers are still finishing the collective, and on an
     asynchronous device the collective may still be queued on the rank that destroys it:
-    shutdown() finishes what was issued (ProcessGroupNCCL.shutdown flushes its collectives
-    before destroying its communicators; only abort() ends them)."""
+    shutdown() finishes what was issued (torch.distributed.destroy_process_group calls the
+    backend's shutdown(); ProcessGroupNCCL::shutdown in
+    torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp flushes its collectives before destroying
+    its communicators; only abort() ends them)."""
     n = 1 << 18
     for round_ in range(8):
         group = dist.new_group(list(range(ctx.world_size)))
