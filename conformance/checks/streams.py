@@ -369,7 +369,7 @@ QUEUED_OPS = {
 def ops_do_not_wait(ctx):
     """Ops are queued, not waited for: each of the ops a training step issues (QUEUED_OPS),
     called while the current stream still has a queue of work, returns with that queue still
-    running (Stream.query() False right after it), as CUDA launches kernels. A host that waits
+    running (torch.Stream.query() False right after it), as CUDA launches kernels. A host that waits
     for the device at every op gets the right values, but DDP's and FSDP's overlap of
     computation with communication is gone. Each op runs once first (a first call may load
     code); a queue that ends before an op returns is made four times longer, up to 64 times,
