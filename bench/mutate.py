@@ -477,7 +477,8 @@ def markdown(mutants: list[Mutant], env: dict, seed: int, world_size: int) -> st
     if survivors:
         lines += ["", f"Of the {len(survivors)} survivors, {len(survivors) - len(unexplained)} "
                   "are explained below (equivalent, or a bug since fixed) and "
-                  f"{len(unexplained)} are work for the catalogue."]
+                  f"{len(unexplained)} {'is' if len(unexplained) == 1 else 'are'} work for the "
+                  "catalogue."]
     lines += ["", "Survivors:" if survivors else "No survivor.", ""]
     for m in survivors:
         why = EXPLAINED.get(f"{m.path}:{m.line}") or "not explained: work for the catalogue"
