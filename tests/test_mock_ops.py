@@ -207,6 +207,31 @@ def test_foreach_ops_in_place_and_out_of_place():
     _same(torch._foreach_add(mock, mock), torch._foreach_add(cpu, cpu))
 
 
+def test_ops_whose_meta_kernel_disagrees_with_the_cpu_kernel():
+    """The ops whose meta kernel infers other outputs than the CPU kernel returns
+    (meta_disagrees, core/csrc/fallback.cpp) equal the CPU's, also queued on an asynchronous
+    device: F.embedding_bag with and without autograd (_embedding_bag's offset2bag) and
+    layer_norm in float32 (queued from its meta kernel) and bfloat16 (its statistics' dtype)."""
+    weight = torch.randn(10, 8)
+    indices, offsets = torch.tensor([0, 3, 5, 1, 9]), torch.tensor([0, 2])
+    on_device = weight.to("mock").requires_grad_()
+    with torch.no_grad():
+        _same(torch.nn.functional.embedding_bag(indices.to("mock"), on_device, offsets.to("mock")),
+              torch.nn.functional.embedding_bag(indices, weight, offsets))
+    bags = torch.nn.functional.embedding_bag(indices.to("mock"), on_device, offsets.to("mock"),
+                                             mode="max")
+    bags.sum().backward()
+    cpu_weight = weight.clone().requires_grad_()
+    cpu_bags = torch.nn.functional.embedding_bag(indices, cpu_weight, offsets, mode="max")
+    cpu_bags.sum().backward()
+    _same(bags, cpu_bags)
+    _same(on_device.grad, cpu_weight.grad)
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(4, 6, 8, dtype=dtype)
+        _same(torch.ops.aten.native_layer_norm(x.to("mock"), [8], None, None, 1e-5),
+              torch.ops.aten.native_layer_norm(x, [8], None, None, 1e-5))
+
+
 def test_inplace_writes_through_views():
     base_cpu, base = A.clone(), A.to("mock")
     base_cpu[:, 1::2].mul_(10)

@@ -362,6 +362,10 @@ QUEUED_OPS = {
     "cross_entropy": lambda a, b, i, w: torch.nn.functional.cross_entropy(a, i.new_zeros(len(a))),
     "_foreach_add_": lambda a, b, i, w: torch._foreach_add_([a, b], 1.0),
     "clone": lambda a, b, i, w: a.clone(),
+    # ops without an out= overload (the fallback allocates their results from the meta kernel's)
+    "group_norm": lambda a, b, i, w: torch.nn.functional.group_norm(a.view(4, 16, 64), 4),
+    "scaled_dot_product_attention": lambda a, b, i, w:
+        torch.nn.functional.scaled_dot_product_attention(*[a.view(1, 4, 16, 64)] * 3),
 }
 
 
@@ -369,7 +373,8 @@ QUEUED_OPS = {
 def ops_do_not_wait(ctx):
     """Ops are queued, not waited for: each of the ops a training step issues (QUEUED_OPS),
     called while the current stream still has a queue of work, returns with that queue still
-    running (torch.Stream.query() False right after it), as CUDA launches kernels. A host that waits
+    running (a torch.Event recorded at the queue's end not yet reached: Event.query() False right
+    after the op, which may itself have queued more), as CUDA launches kernels. A host that waits
     for the device at every op gets the right values, but DDP's and FSDP's overlap of
     computation with communication is gone. Each op runs once first (a first call may load
     code); a queue that ends before an op returns is made four times longer, up to 64 times,
@@ -379,15 +384,16 @@ def ops_do_not_wait(ctx):
     ones = torch.ones(BIG, device=ctx.device)
     a, b = torch.randn(64, 64, device=ctx.device), torch.randn(64, 64, device=ctx.device)
     i, w = torch.tensor([0, 3, 5], device=ctx.device), torch.randn(10, 8, device=ctx.device)
-    stream = handle.current_stream()
     waited = []
     for name, op in QUEUED_OPS.items():
         op(a, b, i, w)
         handle.synchronize()
         for length in LENGTHS:
             _queue(ctx, ones, length)
+            queued = torch.Event(ctx.device)
+            queued.record()
             op(a, b, i, w)
-            busy = not stream.query()
+            busy = not queued.query()
             handle.synchronize()
             if busy:
                 break

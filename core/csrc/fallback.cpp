@@ -310,16 +310,22 @@ at::Tensor to_meta(const at::Tensor& t) {
 }
 
 // Ops whose meta kernel infers other outputs than the CPU kernel returns: native_layer_norm's
-// and the batch norms' statistics (float32 beside a float16 input in the meta kernels, CUDA's
-// contract; the input's dtype on the CPU; native_batch_norm's are empty in eval mode on the
-// CPU). And the ops with a CompositeImplicitAutograd kernel besides their CPU one, which reach
-// the fallback only because the layer sends them (kernels.cpp): their meta result is the
+// statistics for a float16 or bfloat16 input and the batch norms' (float32 in the meta
+// kernels, CUDA's contract; the input's dtype on the CPU; native_batch_norm's are empty in eval
+// mode on the CPU); _embedding_bag's offset2bag (empty in the meta kernel, one per bag from the
+// CPU kernel). And the ops with a CompositeImplicitAutograd kernel besides their CPU one, which
+// reach the fallback only because the layer sends them (kernels.cpp): their meta result is the
 // composite's (native_channel_shuffle: contiguous, where the CPU kernel keeps channels_last).
 // Their outputs cannot be allocated ahead from the meta kernel, so they run when called.
-bool meta_disagrees(const c10::OperatorHandle& op) {
+bool meta_disagrees(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first) {
   const std::string& name = op.operator_name().name;
-  return name == "aten::native_layer_norm" || name == "aten::native_batch_norm" ||
-         name == "aten::_batch_norm_with_update" || name == "aten::_native_batch_norm_legit" ||
+  if (name == "aten::native_layer_norm") {
+    const auto dtype = stack[first].toTensor().scalar_type();
+    if (dtype != at::kFloat && dtype != at::kDouble) return true;
+  }
+  return name == "aten::native_batch_norm" || name == "aten::_batch_norm_with_update" ||
+         name == "aten::_native_batch_norm_legit" || name == "aten::_embedding_bag" ||
+         name == "aten::_embedding_bag_forward_only" ||
          op.hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd);
 }
 
@@ -357,7 +363,7 @@ c10::IValue map_tensors(const c10::IValue& v, F&& f) {
 // the op cannot be queued (see 4. above): then nothing was allocated and the stack is as given.
 bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack, size_t first,
                   int device, torch::jit::Stack& outputs) {
-  if (meta_disagrees(op)) return false;
+  if (meta_disagrees(op, stack, first)) return false;
   const c10::FunctionSchema& schema = op.schema();
   const auto& args = schema.arguments();
   const auto& rets = schema.returns();
