@@ -11,7 +11,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mock_process import pytest_configure, pytest_pycollect_makemodule  # noqa: F401 (hooks)
+from mock_process import (  # noqa: F401 (hooks)
+    pytest_configure, pytest_pycollect_makemodule, pytest_runtest_call)
 
 TESTS = Path(__file__).resolve().parent
 #: The helpers and fixture modules the tests import by name (engine_env, mutant_faults, ...).

@@ -15,12 +15,16 @@ interpreter (``--collect-only``), and makes each test an item per mode, named
 tests/test_mock_ops.py::test_x`` runs it in every mode, ``...::test_x[discrete]`` in one. The
 items of one module and mode that a session runs run together, at the first of them, in one
 fresh interpreter with the mode's settings; its JUnit XML gives each test's outcome and
-report, so a failing test fails as itself with its own traceback.
+report, so a failing test fails as itself with its own traceback. A test that hangs there is
+ended after ``TEST_TIMEOUT`` seconds with every thread's stack (faulthandler), and a module's
+run that outlives ``TIMEOUT`` fails all of its items at once, with its output so far: a hang
+costs one timeout, never one per item.
 """
 
 from __future__ import annotations
 
 import ast
+import faulthandler
 import os
 import subprocess
 import sys
@@ -35,6 +39,10 @@ from accelkit.backends.mock_spec import MODES as MOCK_MODES
 INSIDE = "ACCELKIT_MOCK_TEST_PROCESS"
 #: A module's run in one mode (its collection, then its tests), in seconds.
 TIMEOUT = 900
+#: One test in the fresh interpreter, in seconds (``ACCELKIT_MOCK_TEST_TIMEOUT`` sets another):
+#: past it, the interpreter writes every thread's stack to the file ``STACKS`` names, and exits.
+TEST_TIMEOUT = float(os.environ.get("ACCELKIT_MOCK_TEST_TIMEOUT", "240"))
+STACKS = "ACCELKIT_MOCK_TEST_STACKS"
 
 
 def inside() -> bool:
@@ -69,9 +77,18 @@ def _environment(mode: str, env: dict[str, str]) -> dict[str, str]:
 
 
 def _pytest(path: Path, args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
-                          env=env, capture_output=True, text=True, timeout=TIMEOUT,
-                          cwd=path.parent)
+    """pytest in a fresh interpreter; one that outlives ``TIMEOUT`` is killed and returned with
+    exit code None and its output so far."""
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args]
+    try:
+        return subprocess.run(command, env=env, capture_output=True, text=True,
+                              timeout=TIMEOUT, cwd=path.parent)
+    except subprocess.TimeoutExpired as exc:
+        def text(out) -> str:
+            return out.decode(errors="replace") if isinstance(out, bytes) else (out or "")
+        return subprocess.CompletedProcess(
+            command, None, text(exc.stdout),
+            f"{text(exc.stderr)}\nkilled after {TIMEOUT} s (tests/mock_process.py TIMEOUT)")
 
 
 class MockProcessModule(pytest.File):
@@ -101,11 +118,14 @@ class MockProcessModule(pytest.File):
         report), from its JUnit XML."""
         with tempfile.TemporaryDirectory(prefix="accelkit-mock-process-") as tmp:
             xml = Path(tmp) / "junit.xml"
+            stacks = Path(tmp) / "stacks.txt"
             proc = _pytest(self.path, ["-q", f"--junitxml={xml}", "-o", "junit_family=xunit1",
                                        *[f"{self.path.name}::{n}" for n in inner]],
-                           _environment(mode, env))
+                           {**_environment(mode, env), STACKS: str(stacks)})
             if not xml.is_file():
                 text = f"exit {proc.returncode}:\n{proc.stdout[-6000:]}{proc.stderr[-3000:]}"
+                if stacks.is_file():
+                    text += f"\n{stacks.read_text()[-8000:]}"
                 return {n: ("failed", text) for n in inner}
             results = {}
             for case in ET.parse(xml).iter("testcase"):
@@ -162,6 +182,28 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "mock_process(modes, env): the module runs inside the mock, a fresh "
         "interpreter per mode (tests/mock_process.py)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """In the fresh interpreter, a test that runs past ``TEST_TIMEOUT`` writes every thread's
+    stack to ``STACKS`` and ends the interpreter (the parent reports it, with the stacks, for
+    the module's tests of that mode)."""
+    if not inside() or STACKS not in os.environ:
+        yield
+        return
+    # pytest holds stderr (fd 2) for the test's report, which an exit loses: a file keeps it
+    with open(os.environ[STACKS], "a") as stacks:
+        stacks.write(f"{item.nodeid} ran past {TEST_TIMEOUT:g} s "
+                     f"(tests/mock_process.py TEST_TIMEOUT); its threads:\n")
+        stacks.flush()
+        faulthandler.dump_traceback_later(TEST_TIMEOUT, exit=True, file=stacks)
+        try:
+            yield
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+            stacks.seek(0)
+            stacks.truncate()
 
 
 def pytest_pycollect_makemodule(module_path: Path, parent):

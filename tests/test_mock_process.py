@@ -39,12 +39,15 @@ def test_skips():
 '''
 
 
-def _pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _pytest(tmp_path: Path, *args: str, env: dict[str, str] | None = None
+            ) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(
         f"import sys\nsys.path.insert(0, {str(TESTS)!r})\n"
-        "from mock_process import pytest_configure, pytest_pycollect_makemodule\n")
+        "from mock_process import pytest_configure, pytest_pycollect_makemodule, "
+        "pytest_runtest_call\n")
     (tmp_path / "test_marked.py").write_text(MODULE)
-    env = {k: v for k, v in os.environ.items() if k != "ACCELKIT_MOCK_TEST_PROCESS"}
+    env = {**{k: v for k, v in os.environ.items() if k != "ACCELKIT_MOCK_TEST_PROCESS"},
+           **(env or {})}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rs",
                            "-o", "addopts=", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
@@ -89,3 +92,21 @@ def test_a_mode_that_is_not_the_mocks_is_refused_naming_the_modes(tmp_path):
     proc = _pytest(tmp_path, "test_odd.py")
     assert proc.returncode != 0
     assert "takes modes of default, discrete, async, discrete-async" in proc.stdout + proc.stderr
+
+
+def test_a_hanging_test_ends_at_its_timeout_with_its_stack_and_the_module_runs_once(tmp_path):
+    """A test that never returns in the mock process ends after ``TEST_TIMEOUT`` with the
+    stack of the line it hangs on; each of the mode's items fails with it, and the module runs
+    once for them all (a hang costs one timeout, not one per item)."""
+    (tmp_path / "test_hangs.py").write_text(
+        "import threading\nimport pytest\n"
+        "pytestmark = pytest.mark.mock_process(modes=('async',))\n"
+        "def test_first():\n    pass\n"
+        "def test_hangs():\n    threading.Event().wait()\n"
+        "def test_after():\n    pass\n")
+    proc = _pytest(tmp_path, "-v", "test_hangs.py", env={"ACCELKIT_MOCK_TEST_TIMEOUT": "3"})
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr
+    assert "3 failed" in out, out
+    assert "Timeout (0:00:03)!" in out and 'test_hangs.py", line 7 in test_hangs' in out, out
+    assert out.count("in the mock process, mode async:") == 3, out
