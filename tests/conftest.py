@@ -11,8 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from mock_process import (  # noqa: F401 (hooks)
-    pytest_configure, pytest_pycollect_makemodule, pytest_runtest_call)
+from mock_process import pytest_configure, pytest_pycollect_makemodule, pytest_runtest_call  # noqa: F401 (hooks)
 
 TESTS = Path(__file__).resolve().parent
 #: The helpers and fixture modules the tests import by name (engine_env, mutant_faults, ...).
