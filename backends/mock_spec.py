@@ -35,7 +35,7 @@ MODES: dict[str, dict[str, str]] = {
 }
 
 
-#: The preprocessor macro of the fault build (``core/csrc/faults.h``).
+#: The preprocessor macro of the fault build (``core/csrc/testing/faults.h``).
 FAULT_DEFINES = ("ACCELKIT_FAULTS",)
 
 
@@ -53,7 +53,7 @@ def extensions() -> dict[str, dict]:
     ``ACCELKIT_MOCK_FAULTS=1`` their fault build, for accelkit's own mutation tests
     (``tests/test_mutants.py``): the same sources and accelkit's library compiled with
     ``-DACCELKIT_FAULTS``, named ``<name>_faults`` and cached apart. In it the environment
-    variable ``ACCELKIT_FAULT`` switches on one of the faults ``core/csrc/faults.cpp``
+    variable ``ACCELKIT_FAULT`` switches on one of the faults ``core/csrc/testing/faults.cpp``
     lists; the default build has no fault code at all."""
     if not fault_build():
         return EXTENSIONS

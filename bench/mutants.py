@@ -2,7 +2,7 @@
 conformance catalogue, and which checks catch each.
 
 A mutant is the mock with one realistic bug switched on (``tests/fixtures/mutant_faults.py``
-lists them with the mode that shows them; ``core/csrc/faults.cpp`` has the story of each). For
+lists them with the mode that shows them; ``core/csrc/testing/faults.cpp`` has the story of each). For
 every mode one ``accelkit conformance`` run on the fault build (``ACCELKIT_MOCK_FAULTS=1``)
 runs each catalogue check written for ``--world-size`` once per fault of the mode and once with
 no fault (the control), all in one pool of ranks. A check catches a mutant when it ends

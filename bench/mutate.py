@@ -137,7 +137,7 @@ EXPLAINED: dict[str, str] = {
         "equivalent: every caller of TransportBackend::reduction had already checked its output "
         "tensor (single(), check_tensor in allreduce_coalesced and reduce_scatter_base_job); the "
         "redundant check is removed since",
-    "core/csrc/register.cpp:91":
+    "core/csrc/runtime/register.cpp:91":
         "equivalent: a digit inside an error message's string literal; the script no longer "
         "picks sites inside string or character literals",
     "core/csrc/c10d/operations.cpp:73":
@@ -156,7 +156,7 @@ EXPLAINED: dict[str, str] = {
         "call still raises DistBackendError naming that rank and its reason (check_aborted reads "
         "the group's shared abort record every time); only the wording differs from the "
         "remembered failure's",
-    "core/csrc/kernels.cpp:135":
+    "core/csrc/aten/kernels.cpp:135":
         "equivalent: `t.set_(t)` without its shortcut sets the tensor to its own storage, offset, "
         "sizes and strides, which changes nothing (the shortcut saves the work, as ATen's "
         "set_ does)",
@@ -164,12 +164,12 @@ EXPLAINED: dict[str, str] = {
         "equivalent: the entry is a local of the scheduler loop's body, so without the reset "
         "its captures (what a parked wait holds) are destroyed at the end of the iteration, "
         "under the scheduler's lock instead of just before it; none of them takes that lock",
-    "core/csrc/kernels.cpp:342":
+    "core/csrc/aten/kernels.cpp:342":
         "equivalent in behaviour: without its own kernel `view` reaches the boxed fallback, "
         "which returns a view of an input as a view of the device tensor's storage "
         "(fallback.cpp), so every view still aliases its base; only slower (a boxed call per "
         "view)",
-    "core/csrc/host_tensor.cpp:90":
+    "core/csrc/aten/host_tensor.cpp:90":
         "equivalent: an internal assertion of an invariant every caller keeps (the host image "
         "uploaded is made from that storage, never larger); without it nothing else changes",
     "backends/mock/csrc/mockccl.cpp:201":

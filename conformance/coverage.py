@@ -57,7 +57,7 @@ C10D: dict[str, str] = {
     "new_group(timeout)": "raises once the group's timeout passes instead of waiting forever",
 }
 
-#: The device guard (c10::impl::DeviceGuardImplInterface, accelkit's core/csrc/guard.cpp; a
+#: The device guard (c10::impl::DeviceGuardImplInterface, accelkit's core/csrc/runtime/guard.cpp; a
 #: vendor's own where it brings one): method -> what in torch reaches it.
 GUARD: dict[str, str] = {
     "guard.exchangeDevice": "every device guard of torch's kernels and context managers "
@@ -146,7 +146,7 @@ TRANSPORT: dict[str, str] = {
 }
 
 #: Each collective of c10d::Backend that accelkit's glue implements (TransportBackend,
-#: core/include/accelkit/c10d/backend.h) -> the rows of :data:`TRANSPORT` it reaches: every
+#: core/csrc/c10d/transport_backend.h) -> the rows of :data:`TRANSPORT` it reaches: every
 #: entry point of c10d into the transport is a row (tests/test_coverage.py reads the header).
 ENTRY_POINTS: dict[str, tuple[str, ...]] = {
     "barrier": ("Transport::barrier <- barrier(device_ids)",
@@ -236,7 +236,7 @@ def table(checks: Iterable[CheckDef]) -> str:
     lines += [f"| `{item}` | {C10D[item]} | {', '.join(f'`{c}`' for c in cover[item])} |"
               for item in C10D]
     for title, seam, head in (
-            ("The device guard (`c10::impl::DeviceGuardImplInterface`, `core/csrc/guard.cpp`)",
+            ("The device guard (`c10::impl::DeviceGuardImplInterface`, `core/csrc/runtime/guard.cpp`)",
              GUARD, "| Method | Reached from | Checks |"),
             ("The runtime (`accelkit::Runtime`, `core/include/accelkit/runtime.h`)", RUNTIME,
              "| Function | Where the layer calls it | Checks |"),

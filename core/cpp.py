@@ -321,7 +321,7 @@ def library(defines: Sequence[str] = ()) -> str:
 
     ``defines`` (preprocessor macros, ``NAME`` or ``NAME=VALUE``) give another build, cached
     apart: ``defines=("ACCELKIT_FAULTS",)`` is the fault build accelkit's mutation tests run
-    (``core/csrc/faults.h``); a vendor's build takes the default."""
+    (``core/csrc/testing/faults.h``); a vendor's build takes the default."""
     lib = _Library(tuple(defines))
     if not lib.done:
         lib.build()

@@ -1,10 +1,10 @@
 """Who provides each PrivateUse1 kernel: accelkit's C++ layer, the vendor, or torch.
 
 torch's dispatcher records where every kernel was registered (``torch._C._dispatch_dump``):
-accelkit registers its kernels from ``core/csrc/register.cpp`` (``accelkit::register_device``),
-a vendor from its own ``TORCH_LIBRARY_IMPL`` blocks, torch from its own sources (e.g. the c10d
-ops). A vendor kernel for an op accelkit also implements wins (accelkit does not register over
-it), which is what ``accelkit doctor`` shows.
+accelkit registers its kernels from ``core/csrc/runtime/register.cpp``
+(``accelkit::register_device``), a vendor from its own ``TORCH_LIBRARY_IMPL`` blocks, torch from
+its own sources (e.g. the c10d ops). A vendor kernel for an op accelkit also implements wins
+(accelkit does not register over it), which is what ``accelkit doctor`` shows.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 #: Where accelkit registers its kernels and fallbacks (the end of the recorded path).
-ACCELKIT_SITE = ("core", "csrc", "register.cpp")
+ACCELKIT_SITE = ("core", "csrc", "runtime", "register.cpp")
 
 _SITE = re.compile(r"^(?P<key>\w+): (?:fallthrough )?registered at (?P<file>.+):(?P<line>\d+)")
 
@@ -35,7 +35,7 @@ class Kernel:
 def owner_of(path: str) -> str:
     """"accelkit", "torch" or "vendor" for a registration site's file."""
     parts = PurePath(path).parts
-    if tuple(parts[-3:]) == ACCELKIT_SITE:
+    if tuple(parts[-len(ACCELKIT_SITE):]) == ACCELKIT_SITE:
         return "accelkit"
     if "pytorch" in parts or "torch" in parts:
         return "torch"

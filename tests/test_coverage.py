@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Each seam: its header (or the layer's implementation), the table's prefix, how a method is
 #: found in the text.
 SEAM_SOURCES = {
-    "guard.": (ROOT / "core" / "csrc" / "guard.cpp",
+    "guard.": (ROOT / "core" / "csrc" / "runtime" / "guard.cpp",
                r"(\w+)\([^;{]*?\)(?:\s+const)?(?:\s+noexcept)?\s+override"),
     "Runtime::": (ROOT / "core" / "include" / "accelkit" / "runtime.h", r"virtual [^(;~]*?\b(\w+)\("),
     "Transport::": (ROOT / "core" / "include" / "accelkit" / "c10d" / "transport.h",
@@ -69,9 +69,9 @@ def _methods_in_table(prefix: str) -> set[str]:
 
 @pytest.mark.parametrize("prefix", list(SEAM_SOURCES))
 def test_every_method_of_the_seams_is_a_row_or_said_unobservable(prefix):
-    """Every method of the device guard (core/csrc/guard.cpp's overrides), the runtime and the
-    transport (their headers' virtuals) is a row of the coverage table or in UNOBSERVED with
-    its reason: a method added to a seam needs a check, or a reason why none can see it."""
+    """Every method of the device guard (core/csrc/runtime/guard.cpp's overrides), the runtime
+    and the transport (their headers' virtuals) is a row of the coverage table or in UNOBSERVED
+    with its reason: a method added to a seam needs a check, or a reason why none can see it."""
     import re
 
     path, pattern = SEAM_SOURCES[prefix]
@@ -83,16 +83,18 @@ def test_every_method_of_the_seams_is_a_row_or_said_unobservable(prefix):
 
 
 def test_every_collective_of_the_glue_reaches_the_table():
-    """Each c10d::Backend collective TransportBackend implements (backend.h) is an entry point
-    of coverage.ENTRY_POINTS, whose rows are in the transport table, and every row of that
+    """Each c10d::Backend collective TransportBackend implements (the layer's private
+    transport_backend.h) is an entry point of coverage.ENTRY_POINTS, whose rows are in the
+    transport table, and every row of that
     table but the abort and the shutdown (reached from a group's teardown) is reached from one:
     a collective added to the glue needs its row and a check."""
     import re
 
-    header = ROOT / "core" / "include" / "accelkit" / "c10d" / "backend.h"
+    header = ROOT / "core" / "csrc" / "c10d" / "transport_backend.h"
     declared = set(re.findall(r"Work> (\w+)\([^;{]*?\)\s*override", header.read_text()))
     assert declared == set(coverage.ENTRY_POINTS), (
-        f"in backend.h, not ENTRY_POINTS: {sorted(declared - set(coverage.ENTRY_POINTS))}; "
+        f"in transport_backend.h, not ENTRY_POINTS: "
+        f"{sorted(declared - set(coverage.ENTRY_POINTS))}; "
         f"in ENTRY_POINTS only: {sorted(set(coverage.ENTRY_POINTS) - declared)}")
     reached = {row for rows in coverage.ENTRY_POINTS.values() for row in rows}
     assert reached <= set(coverage.TRANSPORT), sorted(reached - set(coverage.TRANSPORT))

@@ -140,14 +140,23 @@ print(json.dumps({
 
 
 def test_cpp_sources_compile_once_into_the_library():
-    """The layer's code is in core/csrc/*.cpp; the public headers hold no registration."""
+    """The layer's code is in core/csrc/, one folder per layer (as OpenReg's csrc/runtime,
+    csrc/aten and csrc/distributed): runtime/ (the glue to the device's Runtime), aten/ (the
+    kernels), c10d/ (the collective glue) and testing/ (the fault build); nothing lies
+    beside them. The public headers hold no registration."""
     include = Path(__file__).resolve().parents[1] / "core" / "include" / "accelkit"
     code = re.compile(r"^(?!\s*//).*(TORCH_LIBRARY\w*\(|C10_REGISTER_GUARD_IMPL|"
                       r"RegisterPrivateUse1HooksInterface|SetAllocator\()", re.MULTILINE)
     registering = [p.name for p in include.rglob("*.h") if code.search(p.read_text())]
     assert registering == []
-    assert {"allocator.cpp", "fallback.cpp", "register.cpp"} <= {p.name for p in
-                                                                  CORE_CSRC.glob("*.cpp")}
+    assert sorted(p.name for p in CORE_CSRC.iterdir()) == ["aten", "c10d", "runtime", "testing"]
+    layers = {p.relative_to(CORE_CSRC).as_posix() for p in CORE_CSRC.rglob("*.cpp")}
+    assert {"runtime/allocator.cpp", "runtime/register.cpp", "aten/fallback.cpp",
+            "aten/kernels.cpp", "c10d/backend.cpp", "testing/faults.cpp"} <= layers
+    # The public c10d header declares what a collective library calls, no class of the glue.
+    public = (include / "c10d" / "backend.h").read_text()
+    assert re.findall(r"^class (\w+)\s*[:{]", public, re.MULTILINE) == []
+    assert "void bind_collectives(" in public and "using Connect" in public
 
 
 def test_defines_give_a_build_of_their_own():

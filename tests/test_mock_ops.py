@@ -209,7 +209,7 @@ def test_foreach_ops_in_place_and_out_of_place():
 
 def test_ops_whose_meta_kernel_disagrees_with_the_cpu_kernel():
     """The ops whose meta kernel infers other outputs than the CPU kernel returns
-    (meta_disagrees, core/csrc/fallback.cpp) equal the CPU's, also queued on an asynchronous
+    (meta_disagrees, core/csrc/aten/fallback.cpp) equal the CPU's, also queued on an asynchronous
     device: F.embedding_bag with and without autograd (_embedding_bag's offset2bag) and
     layer_norm in float32 (queued from its meta kernel) and bfloat16 (its statistics' dtype)."""
     weight = torch.randn(10, 8)
@@ -456,7 +456,7 @@ def _same_values(mock_result, cpu_result):
 def test_sparse_coo_tensors_on_the_device():
     """Sparse COO tensors live on the device (indices and values device tensors) and their
     ops equal the CPU's: construction, coalesce, arithmetic, in-place ops, sparse x dense
-    matmul with its gradient, conversion from and to dense (core/csrc/layouts.cpp)."""
+    matmul with its gradient, conversion from and to dense (core/csrc/aten/layouts.cpp)."""
     import warnings
     warnings.filterwarnings("ignore", "Sparse")
     i, v = torch.tensor([[0, 1, 1, 0], [2, 0, 2, 2]]), _gen(4)
@@ -526,7 +526,7 @@ def test_nested_tensors_on_the_device():
 def test_ops_with_a_cpu_kernel_and_a_composite_run_the_cpu_kernel():
     """mish_backward, silu_backward and native_channel_shuffle have a CPU kernel and a
     CompositeImplicitAutograd one, which a device without a kernel gets: the composites
-    compute float16 in float16 and reshape channels_last input (core/csrc/kernels.cpp
+    compute float16 in float16 and reshape channels_last input (core/csrc/aten/kernels.cpp
     sends them to the fallback, which runs the CPU kernels)."""
     x = torch.tensor([-2.4, -0.7, 0.3, 1.9, 3.3], dtype=torch.float16)
     grad = torch.tensor([1.3, -0.6, 2.2, 0.9, -1.7], dtype=torch.float16)

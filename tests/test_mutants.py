@@ -1,7 +1,7 @@
 """The mutant matrix: the conformance catalogue catches every mutant of the mock's fault build.
 
 A mutant is the mock with one realistic bug switched on: the fault build
-(``ACCELKIT_MOCK_FAULTS=1``; ``core/csrc/faults.cpp`` lists the faults with their stories)
+(``ACCELKIT_MOCK_FAULTS=1``; ``core/csrc/testing/faults.cpp`` lists the faults with their stories)
 runs with ``ACCELKIT_FAULT=<fault>``. Per mode of the mock one ``accelkit conformance`` run
 at 2 ranks runs, with each fault on, the catalogue checks that catch it (:data:`CATCHERS`, a
 cheap subset of the whole score that ``bench/mutants.py`` measures and bench/README.md

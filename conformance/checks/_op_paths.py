@@ -3,9 +3,9 @@ dispatcher's op names and, per op, the dispatch keys it has a kernel for).
 
 An op has a path on a PrivateUse1 device when the dispatcher finds a kernel for it there: one
 of the device's own (PrivateUse1, or its sparse and nested keys, which accelkit's layer gives
-every op with a kernel for the CPU's: core/csrc/layouts.cpp), a composite (its kernel calls
+every op with a kernel for the CPU's: core/csrc/aten/layouts.cpp), a composite (its kernel calls
 other ops: CompositeImplicitAutograd, CompositeExplicitAutograd[NonFunctional]), or a CPU
-kernel, which the layer's boxed fallback runs (core/csrc/fallback.cpp). Every other op fails on
+kernel, which the layer's boxed fallback runs (core/csrc/aten/fallback.cpp). Every other op fails on
 the device with "Could not run ...". Those are listed by family in ``no_device_path.toml``,
 each family with the reason nobody can give its ops a path; an op no family matches is a gap
 the ``ops.registry`` check reports.

@@ -1,14 +1,14 @@
 // The c10d glue (<accelkit/c10d/backend.h>): TransportBackend's lifecycle (creation, split,
 // shutdown, abort) and the queueing of its operations on ordered workers, in stream order on an
 // asynchronous device. The operations themselves are in operations.cpp, the Work in work.cpp.
-#include "without_gil.h"  // first: it includes Python.h
+#include "c10d/without_gil.h"  // first: it includes Python.h
 
-#include <accelkit/c10d/backend.h>
+#include "c10d/transport_backend.h"  // and <accelkit/c10d/backend.h>
 #include <accelkit/runtime.h>
 
-#include "../faults.h"
-#include "device_streams.h"
-#include "faulty_transport.h"
+#include "c10d/device_streams.h"
+#include "testing/faults.h"
+#include "testing/faulty_transport.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>

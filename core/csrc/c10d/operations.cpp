@@ -1,6 +1,6 @@
 // The c10d glue's operations (<accelkit/c10d/backend.h>): each collective and point-to-point
 // call of c10d::Backend checked, described (CallInfo) and queued as transport calls.
-#include <accelkit/c10d/backend.h>
+#include "c10d/transport_backend.h"  // and <accelkit/c10d/backend.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>

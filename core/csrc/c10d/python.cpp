@@ -1,5 +1,5 @@
 // bind_collectives (<accelkit/c10d/backend.h>): a collective library's Python module.
-#include <accelkit/c10d/backend.h>
+#include "c10d/transport_backend.h"  // and <accelkit/c10d/backend.h>
 
 #include <pybind11/chrono.h>
 #include <pybind11/pybind11.h>

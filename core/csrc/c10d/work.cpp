@@ -1,11 +1,11 @@
 // The c10d glue's Work and the ordered worker threads that run its operations
 // (<accelkit/c10d/backend.h>: QueuedWork, OrderedWorker).
-#include "without_gil.h"  // first: it includes Python.h
+#include "c10d/without_gil.h"  // first: it includes Python.h
 
-#include <accelkit/c10d/backend.h>
+#include "c10d/transport_backend.h"  // and <accelkit/c10d/backend.h>
 
-#include "../faults.h"
-#include "device_streams.h"
+#include "c10d/device_streams.h"
+#include "testing/faults.h"
 
 #include <c10/util/Exception.h>
 

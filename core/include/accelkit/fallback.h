@@ -1,5 +1,5 @@
 // accelkit's boxed fallback: every aten op without a PrivateUse1 kernel runs through it (see
-// core/csrc/fallback.cpp for what it does: CUDA's device checks, device-generator randomness,
+// core/csrc/aten/fallback.cpp for what it does: CUDA's device checks, device-generator randomness,
 // zero-copy CPU kernels on host-accessible memory, copies otherwise).
 //
 // A native kernel hands the cases it does not support (other dtypes, broadcasting, ...) back

@@ -1,5 +1,5 @@
 // Events in stream order (events.h).
-#include "events.h"
+#include "runtime/events.h"
 
 #include <accelkit/runtime.h>
 

@@ -26,7 +26,7 @@
 #include <accelkit/context.h>
 #include <accelkit/host_tensor.h>
 
-#include "registry.h"
+#include "runtime/registry.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/DeviceGuard.h>

@@ -1,9 +1,9 @@
 // The collective faults of a fault build (faulty_transport.h); empty unless -DACCELKIT_FAULTS.
-#include "faulty_transport.h"
+#include "testing/faulty_transport.h"
 
 #ifdef ACCELKIT_FAULTS
 
-#include "../faults.h"
+#include "testing/faults.h"
 
 #include <accelkit/c10d/backend.h>
 #include <accelkit/runtime.h>

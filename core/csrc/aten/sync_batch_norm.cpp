@@ -5,7 +5,7 @@
 // device, failed at its first op. Here they are compositions of aten ops on the device,
 // computed in float for float16 and bfloat16 input and returning statistics in that type as
 // CUDA's do (at::toAccumulateType). What a vendor replaces: fused kernels of its own.
-#include "registry.h"
+#include "runtime/registry.h"
 
 #include <ATen/ATen.h>
 #include <ATen/AccumulateType.h>

@@ -5,7 +5,7 @@
 // gate arithmetic below is that of the CUDA kernels (aten/src/ATen/native/cuda/RNN.cu), with
 // the same workspace layout, so the autograd formulas of derivatives.yaml apply unchanged. A
 // vendor with a fused kernel registers it for these ops; it then replaces these.
-#include "registry.h"
+#include "runtime/registry.h"
 
 #include <ATen/ATen.h>
 

@@ -1,9 +1,9 @@
 // The runtime faults of a fault build (faulty_runtime.h); empty unless -DACCELKIT_FAULTS.
-#include "faulty_runtime.h"
+#include "testing/faulty_runtime.h"
 
 #ifdef ACCELKIT_FAULTS
 
-#include "faults.h"
+#include "testing/faults.h"
 
 namespace accelkit::faults {
 namespace {

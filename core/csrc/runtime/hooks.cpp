@@ -4,8 +4,8 @@
 #include <accelkit/generator.h>
 #include <accelkit/host_tensor.h>
 
-#include "allocator.h"
-#include "registry.h"
+#include "runtime/allocator.h"
+#include "runtime/registry.h"
 
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 

@@ -3,7 +3,7 @@
 // reductions and pointwise transcendental ops, promotion for mixed-dtype ops). Without them
 // every op inside an autocast region fails ("Could not run ... from the 'Autocast<name>'
 // backend"). torch.<name>.get_amp_supported_dtype() says which dtypes may be asked for.
-#include "registry.h"
+#include "runtime/registry.h"
 
 #include <ATen/autocast_mode.h>
 

@@ -1,8 +1,8 @@
 // The device context (<accelkit/context.h>) and the registered runtime (<accelkit/runtime.h>).
 #include <accelkit/context.h>
 
-#include "faults.h"
-#include "registry.h"
+#include "runtime/registry.h"
+#include "testing/faults.h"
 
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>

@@ -2,7 +2,7 @@
 // shared by resize_, set_ and the hooks.
 #include <accelkit/host_tensor.h>
 
-#include "allocator.h"
+#include "runtime/allocator.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/CPUAllocator.h>

@@ -5,9 +5,9 @@
 // (Runtime::launch / copy_async); waiting on a stream or the device is the runtime's.
 #include <accelkit/context.h>
 
-#include "events.h"
-#include "faults.h"
-#include "registry.h"
+#include "runtime/events.h"
+#include "runtime/registry.h"
+#include "testing/faults.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>

@@ -1,4 +1,4 @@
-// Private: the collective faults of a fault build (../faults.h), as a Transport decorator that
+// Private: the collective faults of a fault build (faults.h), as a Transport decorator that
 // TransportBackend puts around the vendor's transport. Only in a fault build.
 #pragma once
 

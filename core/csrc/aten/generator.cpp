@@ -1,7 +1,7 @@
 // The Philox generator's state and the default generators (<accelkit/generator.h>).
 #include <accelkit/generator.h>
 
-#include "faults.h"
+#include "testing/faults.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/util/Exception.h>

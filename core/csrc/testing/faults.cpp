@@ -1,5 +1,5 @@
 // Fault injection for accelkit's mutation tests (faults.h); empty unless -DACCELKIT_FAULTS.
-#include "faults.h"
+#include "testing/faults.h"
 
 #ifdef ACCELKIT_FAULTS
 

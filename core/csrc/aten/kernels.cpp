@@ -6,10 +6,10 @@
 #include <accelkit/fallback.h>
 #include <accelkit/host_tensor.h>
 
-#include "allocator.h"
-#include "events.h"
-#include "faults.h"
-#include "registry.h"
+#include "runtime/allocator.h"
+#include "runtime/events.h"
+#include "runtime/registry.h"
+#include "testing/faults.h"
 
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>

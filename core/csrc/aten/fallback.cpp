@@ -34,7 +34,7 @@
 #include <accelkit/host_tensor.h>
 #include <accelkit/philox.h>
 
-#include "registry.h"
+#include "runtime/registry.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -487,7 +487,7 @@ struct Task {
     TORCH_CHECK(result.sizes() == out.sizes() && result.scalar_type() == out.scalar_type(), name,
                 ": the CPU kernel returned ", result.scalar_type(), " of sizes ", result.sizes(),
                 " where its meta kernel inferred ", out.scalar_type(), " of sizes ", out.sizes(),
-                " (list the op in meta_disagrees, core/csrc/fallback.cpp)");
+                " (list the op in meta_disagrees, core/csrc/aten/fallback.cpp)");
     if (zero_copy) {
       out.copy_(result);
       return;

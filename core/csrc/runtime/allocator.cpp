@@ -1,8 +1,8 @@
 // The caching device allocator and the pinned host allocator (allocator.h).
-#include "allocator.h"
+#include "runtime/allocator.h"
 
-#include "events.h"
-#include "faults.h"
+#include "runtime/events.h"
+#include "testing/faults.h"
 
 #include <c10/util/Exception.h>
 

@@ -5,9 +5,9 @@
 #include <accelkit/fallback.h>
 #include <accelkit/register.h>
 
-#include "allocator.h"
-#include "faulty_runtime.h"
-#include "registry.h"
+#include "runtime/allocator.h"
+#include "runtime/registry.h"
+#include "testing/faulty_runtime.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>

@@ -12,8 +12,8 @@
 #include <accelkit/host_tensor.h>
 #include <accelkit/philox.h>
 
-#include "faults.h"
-#include "registry.h"
+#include "runtime/registry.h"
+#include "testing/faults.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>

@@ -3,8 +3,8 @@
 #include <accelkit/generator.h>
 #include <accelkit/python.h>
 
-#include "allocator.h"
-#include "faults.h"
+#include "runtime/allocator.h"
+#include "testing/faults.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/utils/pybind.h>
@@ -93,7 +93,7 @@ void bind_device(pybind11::module_& m) {
     c10::impl::getDeviceGuardImpl(kDeviceType)->exchangeStream(s);
   });
 #ifdef ACCELKIT_FAULTS
-  // A fault build (faults.h): the faults it has, as (name, story) pairs, and the one in effect.
+  // A fault build (testing/faults.h): the faults it has, as (name, story) pairs, and the one in effect.
   m.def("_faults", [] {
     py::list out;
     for (const auto& fault : faults::all()) out.append(py::make_tuple(fault.name, fault.story));
