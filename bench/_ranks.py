@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from accelkit.conformance.processes import exit_text, kill_group, spawn
+from accelkit.conformance.launchers.processes import exit_text, kill_group, spawn
 
 
 def build_extensions() -> None:
@@ -45,10 +45,10 @@ def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
 
 def run_on_hosts(script: str, ranks: int, hosts: int, result: Path, *args: str) -> dict | None:
     """As :func:`run_ranks`, with the ranks on ``hosts`` simulated hosts
-    (:class:`accelkit.conformance.hosts.Hosts`), in blocks: rank r on host r * hosts // ranks.
+    (:class:`accelkit.conformance.launchers.hosts.Hosts`), in blocks: rank r on host r * hosts // ranks.
     Each rank's arguments end with host 0's address (its MASTER_ADDR) and the hosts' interface
     name. None, with the reason printed, when no hosts can be made here or a rank failed."""
-    from accelkit.conformance.hosts import IFNAME, Hosts, unavailable, worker_env
+    from accelkit.conformance.launchers.hosts import IFNAME, Hosts, unavailable, worker_env
 
     why = unavailable(hosts)
     if why is not None:

@@ -11,7 +11,7 @@ machine's memcpy bandwidth measured in the same run, and the targets (all_reduce
 gloo's at >= 1 MiB, 8 B latency <= gloo's). Saves a PNG plot and the raw numbers as JSON.
 
 ``--hosts 2``: the ranks on two simulated hosts (network namespaces joined by a veth pair,
-:mod:`accelkit.conformance.hosts`; needs root), ranks 0..n/2-1 on the first: all_reduce across
+:mod:`accelkit.conformance.launchers.hosts`; needs root), ranks 0..n/2-1 on the first: all_reduce across
 hosts, mockccl (shared memory within a host, one TCP exchange between the hosts' leaders) vs
 gloo (a ring over TCP through every rank). Also counts the bytes that cross between the hosts
 (host 0's interface, both directions) per element reduced, and checks mockccl's bus bandwidth
@@ -231,7 +231,7 @@ def report_hosts(data: dict) -> tuple[str, bool]:
     lines = [HOSTS_BEGIN, "",
              f"`python bench/collectives.py --hosts {data['hosts']} --collectives all_reduce`: "
              f"{data['world']} ranks on {data['hosts']} simulated hosts (network namespaces "
-             "joined by a veth pair, `accelkit.conformance.hosts`), measured "
+             "joined by a veth pair, `accelkit.conformance.launchers.hosts`), measured "
              f"{env['date']} at {env['commit']} with torch {env['torch']} on {env['cpus']} "
              f"CPUs (load average {env['load_before'][0]:.1f} before, "
              f"{env['load_after'][0]:.1f} after); raw results in "

@@ -36,7 +36,7 @@ def noop(ctx):
 
 
 def _pool_startup(repeat: int) -> list[float]:
-    from accelkit.conformance.pool import Pool
+    from accelkit.conformance.launchers.pool import Pool
 
     times = []
     for _ in range(repeat):
@@ -49,9 +49,9 @@ def _pool_startup(repeat: int) -> list[float]:
 
 def _overhead(count: int) -> list[float]:
     from accelkit.conformance.api import CHECKS
-    from accelkit.conformance.options import Options
-    from accelkit.conformance.plan import Step
-    from accelkit.conformance.runner import Runner
+    from accelkit.conformance.engine.options import Options
+    from accelkit.conformance.engine.plan import Step
+    from accelkit.conformance.engine.runner import Runner
     from accelkit.core import registry
 
     step = Step(CHECKS["bench.noop"])
@@ -67,7 +67,7 @@ def _overhead(count: int) -> list[float]:
 
 
 def _starter_checks(areas: list[str], limit: int | None):
-    from accelkit.conformance import loader
+    from accelkit.conformance.engine import loader
 
     checks = loader.load([], builtin=True)
     selected = [c.at(4) for c in loader.select(checks, areas=areas or None)
@@ -88,7 +88,7 @@ def _one_cli_run(ids: list[str], timeout: float) -> tuple[float, str]:
 
 
 def _fresh_group_per_check(selected, timeout: float) -> float:
-    from accelkit.conformance.pool import Pool
+    from accelkit.conformance.launchers.pool import Pool
 
     started = time.perf_counter()
     for c in selected:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from _results import environment, write_section
-from accelkit.conformance.processes import kill_group, spawn
+from accelkit.conformance.launchers.processes import kill_group, spawn
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"

@@ -1,7 +1,7 @@
-"""``python -m accelkit.conformance``: the torchrun mode (see :mod:`accelkit.conformance.torchrun`)."""
+"""``python -m accelkit.conformance``: the torchrun mode (see :mod:`accelkit.conformance.launchers.torchrun`)."""
 
 import sys
 
-from accelkit.conformance.torchrun import main
+from accelkit.conformance.launchers.torchrun import main
 
 sys.exit(main())

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
-from accelkit.conformance.coverage import CONTRACT
+from accelkit.conformance.reports.coverage import CONTRACT
 from accelkit.core.spec import REQUIREMENTS
 
 if TYPE_CHECKING:
@@ -59,14 +59,14 @@ class CheckDef:
     #: Other world sizes the check is written and verified for (``--world-size N`` runs it there).
     also_at: tuple[int, ...] = ()
     #: Runs in one process on torch's fake process group of ``world_size`` ranks (see
-    #: :mod:`accelkit.conformance.simulate`), not on ``world_size`` real processes.
+    #: :mod:`accelkit.conformance.launchers.simulate`), not on ``world_size`` real processes.
     simulated: bool = False
     #: Written against ``ctx.world_size`` for any number of ranks from 2 up (verified at 3
     #: besides its sizes): ``--world-size N`` and a launch of N ranks run it at any N.
     any_world_size: bool = False
     #: The module's defaults it was declared under.
     defaults: Defaults | None = field(default=None, compare=False, repr=False)
-    #: Contract items (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when a
+    #: Contract items (:data:`accelkit.conformance.reports.coverage.CONTRACT`) the check fails on when a
     #: backend ignores them.
     covers: tuple[str, ...] = ()
 
@@ -153,13 +153,13 @@ def check(fn: Callable | None = None, *, world_size: int = _MISSING, also_at: tu
     :data:`accelkit.core.spec.REQUIREMENTS`; a backend lacking one gets SKIP with the reason.
     ``timeout`` overrides the run's per-check budget. ``simulated=True`` runs it in one
     process on torch's fake process group of each of its world sizes (all of them by
-    default), as rank 0 of that many (:mod:`accelkit.conformance.simulate`): reports show
+    default), as rank 0 of that many (:mod:`accelkit.conformance.launchers.simulate`): reports show
     those results apart from the real ones. ``any_world_size=True`` says it is written
     against ``ctx.world_size`` for any number of ranks from 2 up (and verified at an odd
     size): ``--world-size N`` and a torchrun launch of N ranks run it at every N. Each
     argument given replaces the module's ``CHECK_DEFAULTS`` for this check. ``covers`` names
     the items of the device-handle and c10d contract
-    (:data:`accelkit.conformance.coverage.CONTRACT`) the check fails on when a backend ignores
+    (:data:`accelkit.conformance.reports.coverage.CONTRACT`) the check fails on when a backend ignores
     them; ``docs/coverage.md`` is the table they make.
     """
     if isinstance(fn, str):
@@ -208,7 +208,7 @@ def _register(fn: Callable, given: dict[str, Any], covers: tuple[str, ...] = ())
     unknown = [item for item in covers if item not in CONTRACT]
     if unknown:
         raise ValueError(f"check {check_id!r} covers unknown contract items {unknown}; known: "
-                         "accelkit.conformance.coverage.CONTRACT")
+                         "accelkit.conformance.reports.coverage.CONTRACT")
     doc = inspect.getdoc(fn) or ""
     if not doc:
         raise ValueError(f"check {check_id!r} ({where}) needs a docstring stating the behaviour "

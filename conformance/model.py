@@ -1,6 +1,6 @@
 """The record of a conformance run: :class:`RunReport`, what every report file, the terminal
 summary and ``accelkit compare`` are made from. The engines fill it; the writers
-(:mod:`~accelkit.conformance.reports`) only read it.
+(:mod:`~accelkit.conformance.reports.files`) only read it.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import traceback
 from dataclasses import dataclass, field
 from importlib import metadata
 
-from accelkit.conformance.options import Options
+from accelkit.conformance.engine.options import Options
+from accelkit.conformance.engine.plan import LeftOut
 from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome
-from accelkit.conformance.plan import LeftOut
 from accelkit.core.spec import BackendSpec
 
 

@@ -1,7 +1,7 @@
 """The vocabulary of results: a check's :class:`Outcome`, a rank's :class:`RankStatus`, and
 the records they live in (:class:`RankResult`, one rank's answer; :class:`CheckResult`, the
 check's). How rank results and expectations become a check's outcome is decided in one place,
-:func:`accelkit.conformance.verdict.verdict`.
+:func:`accelkit.conformance.engine.verdict.verdict`.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@ every planned conformance check as a pytest item, so a vendor's pytest/CI setup 
 gets pytest's own reports (``--junitxml``, ``-k``, ``-x``...).
 
 Without ``--accelkit-backend`` the plugin only declares its options (the same as
-``accelkit conformance``'s, prefixed ``--accelkit-``: :mod:`~accelkit.conformance.options`):
+``accelkit conformance``'s, prefixed ``--accelkit-``: :mod:`~accelkit.conformance.engine.options`):
 nothing is imported and no item is added, so ordinary pytest runs are unaffected. With it, the
-plan is :func:`accelkit.conformance.plan.make_plan`'s, executed by the pool engine's
-:class:`~accelkit.conformance.runner.Runner`: items are ordered by world size, one worker pool
+plan is :func:`accelkit.conformance.engine.plan.make_plan`'s, executed by the pool engine's
+:class:`~accelkit.conformance.engine.runner.Runner`: items are ordered by world size, one worker pool
 per world size is shared by its items and torn down at the end of the session (or when the
 next world size starts). An item's node id is ``accelkit/conformance/<area>::<name>@N``, so
 pytest's JUnit names it like ``accelkit conformance`` does (``classname``
 ``accelkit.conformance.<area>``, ``name`` ``<name>@N``). Each item's result is the engine's
-(:func:`accelkit.conformance.verdict.verdict`, expectations applied), mapped to pytest's
+(:func:`accelkit.conformance.engine.verdict.verdict`, expectations applied), mapped to pytest's
 outcome without judging it again: FAIL, ERROR, TIMEOUT and CRASH fail the item with the
 per-rank details; SKIP and UNAVAILABLE skip it with the reason; XFAIL is pytest's xfailed,
 XPASS its xpassed (failed under ``--accelkit-strict``). ``--accelkit-report-dir`` also writes accelkit's own reports. A
@@ -21,7 +21,7 @@ session whose accelkit items all SKIPped fails (exit 1), as ``accelkit conforman
 from __future__ import annotations
 
 import pytest
-from accelkit.conformance import options as options_mod
+from accelkit.conformance.engine import options as options_mod
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,8 +83,8 @@ class _Conformance:
     """Registered only when ``--accelkit-backend`` is given."""
 
     def __init__(self, config: pytest.Config) -> None:
-        from accelkit.conformance.runner import Runner, plan_session
-        from accelkit.conformance.session import UsageError, resolve
+        from accelkit.conformance.engine.runner import Runner, plan_session
+        from accelkit.conformance.engine.session import UsageError, resolve
 
         try:
             session = resolve(options_mod.from_pytest(config))
@@ -118,7 +118,7 @@ class _Conformance:
             report.outcome, report.wasxfail = "passed", item.xpassed
 
     def pytest_sessionfinish(self, session) -> None:
-        from accelkit.conformance import reports
+        from accelkit.conformance.reports import files as reports
 
         self.runner.close()
         report = self.runner.report

@@ -144,7 +144,7 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
     PrivateAPI("torch.testing._internal.distributed._tensor.common_dtensor",
                "the harness adapted"),
     PrivateAPI("torch.testing._internal.distributed.fake_pg", "the harness adapted"),
-    # simulated checks (conformance/simulate.py, through this module)
+    # simulated checks (conformance/launchers/simulate.py, through this module)
     PrivateAPI("torch.testing._internal.distributed.fake_pg._create_fake_pg",
                "fake_group_creator: the fake process group of simulated checks"),
     PrivateAPI("torch.testing._internal.distributed.fake_pg.FakeStore",

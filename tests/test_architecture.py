@@ -12,7 +12,7 @@ DOC = ROOT / "docs" / "architecture.md"
 #: Where every file must be on the map (``__init__.py`` only for a backend, which it is).
 MAPPED = {"src/accelkit": ("*.py", "commands/*.py"), "core": ("*.py", "csrc/**/*.cpp", "csrc/**/*.h",
           "include/accelkit/**/*.h"), "backends": ("*/*.py", "*/*.toml", "*/csrc/**/*.cpp",
-          "*/csrc/**/*.h"), "conformance": ("*.py",), "device_templates": ("*.py",)}
+          "*/csrc/**/*.h"), "conformance": ("*.py", "engine/*.py", "launchers/*.py", "reports/*.py"), "device_templates": ("*.py",)}
 
 
 def _named() -> set[str]:

@@ -14,7 +14,7 @@ import subprocess
 import sys
 
 import pytest
-from accelkit.conformance import loader
+from accelkit.conformance.engine import loader
 
 #: Checks torch itself refuses on the mock: each SKIPs with a reason starting "unsupported by
 #: torch". torch 2.13 compiles DTensor random ops for CUDA only (docs/compile.md) and has DTensor

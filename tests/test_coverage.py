@@ -1,5 +1,5 @@
 """The coverage table: every member of the device-handle contract and every c10d parameter in
-``accelkit.conformance.coverage.CONTRACT`` has a catalogue check declaring it covers it, and
+``accelkit.conformance.reports.coverage.CONTRACT`` has a catalogue check declaring it covers it, and
 ``docs/coverage.md`` is the table the declarations make."""
 
 from __future__ import annotations
@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from accelkit.conformance import coverage
 from accelkit.conformance.api import check
+from accelkit.conformance.reports import coverage
 from accelkit.core.handle import DeviceHandle, StreamDeviceHandle, members
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "coverage.md"
 
 
 def _catalogue():
-    from accelkit.conformance import loader
+    from accelkit.conformance.engine import loader
 
     return [c for c in loader.load([]).values()
             if c.module.startswith("accelkit.conformance.checks.")]
@@ -33,7 +33,7 @@ def test_the_contract_lists_every_handle_member():
 
 def test_docs_table_is_generated_from_the_declarations():
     assert DOC.read_text() == coverage.table(_catalogue()), (
-        "docs/coverage.md is out of date: run python -m accelkit.conformance.coverage "
+        "docs/coverage.md is out of date: run python -m accelkit.conformance.reports.coverage "
         "docs/coverage.md")
 
 

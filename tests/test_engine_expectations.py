@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from accelkit.conformance.expectations import ExpectationsError, load, version_matches
+from accelkit.conformance.engine.expectations import ExpectationsError, load, version_matches
 
 KNOWN = {"rng.offset_exact", "rng.tracker_seed", "collectives.all_reduce_sum"}
 
@@ -112,7 +112,7 @@ def test_missing_file(tmp_path):
 
 
 def test_an_entry_for_one_world_size_wins_over_the_plain_one(tmp_path):
-    from accelkit.conformance.expectations import lookup
+    from accelkit.conformance.engine.expectations import lookup
 
     exp, _ = _load(tmp_path, '''
 [checks."rng.offset_exact"]

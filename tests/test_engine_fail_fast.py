@@ -9,11 +9,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import engine_env  # tests/fixtures (conftest.py)
-from accelkit.conformance import loader
-from accelkit.conformance.options import Options
+from accelkit.conformance.engine import loader
+from accelkit.conformance.engine.options import Options
+from accelkit.conformance.engine.plan import Host, make_plan
+from accelkit.conformance.engine.runner import CRASH_STORM, Runner
 from accelkit.conformance.outcomes import Outcome
-from accelkit.conformance.plan import Host, make_plan
-from accelkit.conformance.runner import CRASH_STORM, Runner
 from accelkit.core import registry
 
 STORM = str(Path(engine_env.FIXTURES) / "crash_storm_checks.py")

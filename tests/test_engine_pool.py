@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 
 import engine_env  # tests/fixtures (conftest.py)
-from accelkit.conformance.pool import Pool
+from accelkit.conformance.launchers.pool import Pool
 
 POOL_CHECKS = str(Path(engine_env.FIXTURES) / "engine_pool_checks.py")
 
@@ -82,8 +82,8 @@ def test_a_rank_that_closes_its_connection_but_lives_is_killed_and_reported():
 def test_a_check_failing_on_one_rank_while_another_waits_ends_in_seconds():
     import time
 
+    from accelkit.conformance.engine.verdict import merge
     from accelkit.conformance.outcomes import Outcome
-    from accelkit.conformance.verdict import merge
 
     pool = _pool()
     try:
@@ -104,7 +104,7 @@ def test_a_spawn_failing_mid_loop_kills_only_the_pools_own_group(monkeypatch):
     pytest, tox)."""
     import subprocess
 
-    from accelkit.conformance import pool as pool_module
+    from accelkit.conformance.launchers import pool as pool_module
 
     real_popen, real_killpg = subprocess.Popen, os.killpg
     spawned, killed = [], []

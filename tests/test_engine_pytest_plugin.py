@@ -24,7 +24,7 @@ def _pytest(tmp_path, *args):
 
 def test_inert_without_the_option(tmp_path):
     code = ("import sys, pytest; rc = pytest.main(['-q', '--co', '-p', 'no:cacheprovider']); "
-            "print('LOADED', sorted(m for m in ('torch', 'accelkit.conformance.runner') "
+            "print('LOADED', sorted(m for m in ('torch', 'accelkit.conformance.engine.runner') "
             "if m in sys.modules))")
     env, _ = engine_env.new_env()
     proc = engine_env.run([sys.executable, "-c", code], env=env, cwd=tmp_path, timeout=120)

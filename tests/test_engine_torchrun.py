@@ -106,10 +106,10 @@ class _Store:
 
 def _launch_runner(monkeypatch):
     from accelkit.conformance.api import CheckDef
-    from accelkit.conformance.options import Options
+    from accelkit.conformance.engine.options import Options
+    from accelkit.conformance.engine.plan import Step
+    from accelkit.conformance.launchers.torchrun import LaunchRunner, _encode
     from accelkit.conformance.outcomes import RankResult
-    from accelkit.conformance.plan import Step
-    from accelkit.conformance.torchrun import LaunchRunner, _encode
     from accelkit.core import registry
 
     store = _Store()
@@ -132,7 +132,7 @@ def test_rank_results_travel_through_the_store_as_json_not_pickle():
     import pickle
 
     import pytest
-    from accelkit.conformance import torchrun
+    from accelkit.conformance.launchers import torchrun
     from accelkit.conformance.outcomes import RankResult
 
     result = RankResult(rank=3, status="fail", message="x differs", duration_s=0.25,
@@ -147,7 +147,7 @@ def test_rank_results_travel_through_the_store_as_json_not_pickle():
 def test_each_rank_publishes_its_host_and_rank_0_maps_hosts_to_ranks(monkeypatch):
     """Each rank writes its hostname to the launch's store (JSON) at startup; rank 0 reads
     them all into hostname -> ranks, the report's ``hosts``."""
-    from accelkit.conformance import torchrun
+    from accelkit.conformance.launchers import torchrun
 
     store = _Store()
     for rank, host in enumerate(["node-a", "node-a", "node-b", "node-b"]):

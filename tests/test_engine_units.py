@@ -8,13 +8,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from accelkit.conformance import loader, reports, terminal
 from accelkit.conformance.api import CheckDef
+from accelkit.conformance.engine import loader
+from accelkit.conformance.engine.options import Options
+from accelkit.conformance.engine.verdict import merge, verdict
+from accelkit.conformance.launchers.processes import SHM_DIR, SHM_PREFIX, sweep_shm
 from accelkit.conformance.model import RunReport
-from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
-from accelkit.conformance.processes import SHM_DIR, SHM_PREFIX, sweep_shm
-from accelkit.conformance.verdict import merge, verdict
+from accelkit.conformance.reports import files as reports
+from accelkit.conformance.reports import terminal
 from accelkit.core import registry
 
 
@@ -57,7 +59,7 @@ def test_verdict_merges_judges_rows_and_applies_the_expectation():
     """One pure function: a decided step keeps its reason; the ranks merge worst first; a wrong
     row fails a passing check unless an [ops] entry covers it (then xfail, or xpass that fails
     under strict); an xfail expectation turns the actual outcome into XFAIL or XPASS."""
-    from accelkit.conformance.expectations import Expectation, OpExpectation
+    from accelkit.conformance.engine.expectations import Expectation, OpExpectation
 
     check = _def("ops.unary", ws=2)
     skipped = verdict(check, None, None, decided=(Outcome.SKIP, "no device"))
@@ -95,13 +97,13 @@ def test_select_by_area_substring_and_glob():
 
 
 def _plan(checks, world_sizes=(), expectations=None, **host):
-    from accelkit.conformance.plan import Host, make_plan
+    from accelkit.conformance.engine.plan import Host, make_plan
 
     return make_plan(checks, expectations or {}, Host(backend="b", **host), world_sizes)
 
 
 def _expectation(check_id, status="xfail", world_size=None):
-    from accelkit.conformance.expectations import Expectation
+    from accelkit.conformance.engine.expectations import Expectation
 
     return Expectation(check_id, status, "why", world_size=world_size)
 
@@ -343,7 +345,7 @@ def test_kill_group_stops_a_child_and_what_it_started_and_sweeps_their_segments(
     import sys
     import time
 
-    from accelkit.conformance.processes import exit_text, group_pids, kill_group, spawn
+    from accelkit.conformance.launchers.processes import exit_text, group_pids, kill_group, spawn
 
     script = ("import subprocess, sys, time; "
               "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
@@ -374,7 +376,7 @@ def test_a_failed_prepare_errors_every_check_once_and_is_not_retried(failure):
     the run."""
     from dataclasses import replace
 
-    from accelkit.conformance.runner import Runner
+    from accelkit.conformance.engine.runner import Runner
 
     calls = []
 
@@ -416,7 +418,7 @@ def test_one_option_table_for_every_entry_point():
     import argparse
     from dataclasses import fields
 
-    from accelkit.conformance import options
+    from accelkit.conformance.engine import options
 
     flags = [o.flag for o in options.OPTIONS]
     assert len(flags) == len(set(flags))
@@ -449,8 +451,8 @@ def test_the_segment_prefix_is_the_one_mockccl_creates():
 def test_resolve_leaves_the_options_it_was_given_and_reads_the_file_once(monkeypatch):
     """The session's options name the expectations file used (the backend's own here); the
     caller's stay as they were; the file is read once for its checks and once for its [ops]."""
-    from accelkit.conformance import expectations as expectations_mod
-    from accelkit.conformance.session import resolve
+    from accelkit.conformance.engine import expectations as expectations_mod
+    from accelkit.conformance.engine.session import resolve
 
     reads = []
     real = expectations_mod._read

@@ -1,4 +1,4 @@
-"""The simulated hosts themselves (``accelkit.conformance.hosts``), without torch: each host has
+"""The simulated hosts themselves (``accelkit.conformance.launchers.hosts``), without torch: each host has
 its own network namespace, hostname, /dev/shm and PID namespace, shared by every process
 started on it, every host reaches the others' addresses, and leaving the ``with`` block
 (normally or on an exception) kills everything the hosts started and deletes every namespace. SKIPped, with the reason, where namespaces cannot be made (not root)."""
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import engine_env  # tests/fixtures (conftest.py)
 import pytest
-from accelkit.conformance import hosts as hosts_mod
-from accelkit.conformance.hosts import Hosts, HostsError
+from accelkit.conformance.launchers import hosts as hosts_mod
+from accelkit.conformance.launchers.hosts import Hosts, HostsError
 
 _REASON = hosts_mod.unavailable(hosts=3)
 needs_hosts = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
@@ -184,7 +184,7 @@ def _sleeping(marker: str) -> list[str]:
 _OWNER = """
 import sys
 import tempfile
-from accelkit.conformance.hosts import Hosts
+from accelkit.conformance.launchers.hosts import Hosts
 hosts = Hosts(2).__enter__()
 for i in range(2):
     hosts.popen(i, ["sleep", "600"])

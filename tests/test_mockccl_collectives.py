@@ -502,7 +502,7 @@ def _(c):
     ranks on this host (read from this process's mapping of it), and that size grows linearly
     with the group: a fixed mailbox per pair of ranks made it quadratic (1 GiB at 64 ranks)."""
     from accelkit.backends.mock.mockccl import extension
-    from accelkit.conformance.processes import SHM_PREFIX
+    from accelkit.conformance.launchers.processes import SHM_PREFIX
 
     with open("/proc/self/maps") as maps:
         spans = [line.split()[0] for line in maps if SHM_PREFIX in line]

@@ -201,7 +201,7 @@ def test_eager_init_keeps_binding_and_splits(tmp_path):
 
 def leftover_segments(pids) -> list[str]:
     """/dev/shm entries mockccl would have created for groups whose rank 0 had one of `pids`."""
-    from accelkit.conformance.processes import SHM_PREFIX
+    from accelkit.conformance.launchers.processes import SHM_PREFIX
 
     prefixes = tuple(f"{SHM_PREFIX}{pid}_" for pid in pids)
     return [n for n in os.listdir("/dev/shm") if n.startswith(prefixes)]
@@ -378,7 +378,7 @@ def test_ranks_on_different_hosts_connect(tmp_path):
 
 
 def _hosts_unavailable() -> str | None:
-    from accelkit.conformance.hosts import unavailable
+    from accelkit.conformance.launchers.hosts import unavailable
 
     return unavailable()
 
@@ -390,7 +390,7 @@ def test_a_host_whose_name_is_on_loopback_publishes_an_address_the_others_reach(
     whose names are on loopback connect and reduce right."""
     if why := _hosts_unavailable():
         pytest.skip(why)
-    from accelkit.conformance.hosts import Hosts, worker_env
+    from accelkit.conformance.launchers.hosts import Hosts, worker_env
 
     build_extensions()
     with Hosts(2, name_on_loopback=True) as hosts:

@@ -359,7 +359,7 @@ def _roles(layout: str) -> list[tuple[str, int, dict]]:
                 ("rank1", 0, {**local, "ACCELKIT_MOCKCCL_HOSTID": "b"}),
                 ("hostile", 0, {"HOSTILE_ROLES": "peer,other", "HOSTILE_IP": "127.0.0.1",
                                 "HOSTILE_OTHER_IP": "127.0.0.2"})]
-    from accelkit.conformance.hosts import SUBNET
+    from accelkit.conformance.launchers.hosts import SUBNET
 
     return [("store", 0, {}), ("rank0", 0, {**env0, "ACCELKIT_MOCKCCL_HOSTID": "a"}),
             ("rank1", 1, {"ACCELKIT_MOCKCCL_HOSTID": "b"}),
@@ -386,7 +386,7 @@ def _run(layout: str, out: Path, timeout: float = 240) -> dict:
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
                  for (role, _, env), path in zip(roles, outputs, strict=True)]
         return _collect(procs, roles, outputs, timeout, kill=lambda p: os.killpg(p.pid, 9))
-    from accelkit.conformance.hosts import Hosts, worker_env
+    from accelkit.conformance.launchers.hosts import Hosts, worker_env
 
     with Hosts(2) as hosts:
         common.update(MASTER_ADDR=hosts.address(0), MASTER_PORT=str(hosts.port()))
@@ -426,7 +426,7 @@ def _collect(procs, roles, outputs, timeout, kill) -> dict:
 
 
 def _hosts_unavailable() -> str | None:
-    from accelkit.conformance.hosts import unavailable
+    from accelkit.conformance.launchers.hosts import unavailable
 
     return unavailable()
 

@@ -226,7 +226,7 @@ def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
     """As generated, the package expects every check and every op to pass: its expectations
     file holds comments only, and loads."""
     from accelkit.conformance.checks._opinfo import op_names
-    from accelkit.conformance.expectations import load, load_ops
+    from accelkit.conformance.engine.expectations import load, load_ops
 
     code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
     assert code == 0, err
@@ -239,8 +239,8 @@ def test_expectations_file_is_empty_and_valid(tmp_path, capsys):
 def test_expectations_file_example_is_valid_for_the_catalogue(tmp_path, capsys):
     """The commented example in the generated expectations file, uncommented, loads against
     the catalogue: it names checks that exist, in the format the file documents."""
-    from accelkit.conformance import loader
-    from accelkit.conformance.expectations import load
+    from accelkit.conformance.engine import loader
+    from accelkit.conformance.engine.expectations import load
 
     code, _, err = _new(capsys, "demo", "--dir", str(tmp_path / "pkg"))
     assert code == 0, err
@@ -252,7 +252,7 @@ def test_expectations_file_example_is_valid_for_the_catalogue(tmp_path, capsys):
     loaded = load(uncommented, loader.load([]), "2.13.0")
     assert sorted(loaded) == ["collectives.all_reduce_64mib@8", "rng.offset_exact"]
     from accelkit.conformance.checks._opinfo import op_names
-    from accelkit.conformance.expectations import load_ops
+    from accelkit.conformance.engine.expectations import load_ops
 
     assert sorted(load_ops(uncommented, op_names(), "2.13.0")) == ["linalg.eigh"]
 

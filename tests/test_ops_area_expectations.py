@@ -7,9 +7,9 @@ themselves inside the mock)."""
 from __future__ import annotations
 
 import pytest
-from accelkit.conformance.expectations import ExpectationsError, load_ops
+from accelkit.conformance.engine.expectations import ExpectationsError, load_ops
+from accelkit.conformance.engine.verdict import judge_rows
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
-from accelkit.conformance.verdict import judge_rows
 
 #: Ops that only the layer gives a path: SyncBatchNorm's (CUDA kernels only), a fused RNN
 #: cell's (CUDA only), sparse COO and CSR ops (SparseCPU, SparseCsrCPU only), a nested one

@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from accelkit.conformance import reports, terminal
 from accelkit.conformance.api import CheckDef
+from accelkit.conformance.engine.options import Options
+from accelkit.conformance.engine.plan import Host, make_plan
 from accelkit.conformance.model import RunReport
-from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
-from accelkit.conformance.plan import Host, make_plan
+from accelkit.conformance.reports import files as reports
+from accelkit.conformance.reports import terminal
 from accelkit.core import registry
 from conftest import run_python
 

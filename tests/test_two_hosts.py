@@ -1,4 +1,4 @@
-"""Conformance across hosts: two simulated hosts (``accelkit.conformance.hosts``: a network
+"""Conformance across hosts: two simulated hosts (``accelkit.conformance.launchers.hosts``: a network
 namespace, hostname, /dev/shm and PID namespace each, joined by a veth pair) run one torchrun
 each, ``--nnodes 2 --nproc-per-node 2``, joined by a c10d rendezvous on the first host, and the
 launch runs ``python -m accelkit.conformance``. Its collectives must cross hosts (ranks 0-1 on
@@ -15,7 +15,7 @@ import time
 
 import engine_env  # tests/fixtures (conftest.py)
 import pytest
-from accelkit.conformance import hosts as hosts_mod
+from accelkit.conformance.launchers import hosts as hosts_mod
 
 _REASON = hosts_mod.unavailable()
 

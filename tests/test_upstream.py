@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from accelkit.conformance.expectations import (
+from accelkit.conformance.engine.expectations import (
     ExpectationsError,
     load,
     load_upstream,
@@ -313,7 +313,7 @@ def test_explain_lists_every_adaptation_with_target_and_versions(capsys):
 def test_adaptations_are_refused_on_another_torch(monkeypatch, capsys):
     """Refused on a torch they were not verified on; an adaptation whose gap torch closed
     before that release (skip-if-lt-x-gpu, fixed in 2.15) is not needed, not refused."""
-    monkeypatch.setattr("accelkit.conformance.session.torch_version", lambda: "2.16.0")
+    monkeypatch.setattr("accelkit.conformance.engine.session.torch_version", lambda: "2.16.0")
     assert main(["upstream", "--backend", "mock", "--tests", str(FIXTURES), "--list"]) == 2
     err = capsys.readouterr().err
     assert ("adaptation 'dtensor-init-pg' (torch.testing._internal.distributed._tensor."

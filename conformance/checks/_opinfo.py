@@ -23,7 +23,7 @@ What comes from torch, not from here:
 A row's status is ``pass``, ``fail`` (a value differs: the row says which output, where and
 by how much), ``error`` (the device raised where the CPU did not) or ``skip`` (with torch's
 reason). Known-wrong ops of a backend are listed in its expectations file (``[ops]`` table,
-:mod:`accelkit.conformance.expectations`), each with a reason.
+:mod:`accelkit.conformance.engine.expectations`), each with a reason.
 
 Levels (``ACCELKIT_OPS_LEVEL``): ``quick`` (the default) takes the first
 :data:`QUICK_SAMPLES` samples of each op for each of :data:`DTYPES` it declares, and checks

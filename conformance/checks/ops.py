@@ -20,7 +20,7 @@ from __future__ import annotations
 from accelkit.conformance.api import Defaults, check
 from accelkit.conformance.checks import _op_paths, _opinfo
 from accelkit.conformance.checks._util import ALSO_AT
-from accelkit.conformance.execute import device_handle, synchronize
+from accelkit.conformance.engine.execute import device_handle, synchronize
 
 CHECK_DEFAULTS = Defaults(also_at=ALSO_AT, any_world_size=True, timeout=600)
 

@@ -1,6 +1,6 @@
 """Scale: the parts of the distributed stack whose behaviour depends on the world size, at 16,
 64, 256 and 1,024 ranks, simulated in one process on torch's fake process group registered for
-the device under test (:mod:`accelkit.conformance.simulate`): DeviceMesh 1-D to 4-D layouts,
+the device under test (:mod:`accelkit.conformance.launchers.simulate`): DeviceMesh 1-D to 4-D layouts,
 per-dimension groups, slicing, flattening and how many process groups each creates; DTensor
 shard layouts and the collectives a redistribute plans; ``parallelize_module`` and FSDP2
 ``fully_shard`` plans on meta parameters; the RNG tracker's Philox offsets for every rank's

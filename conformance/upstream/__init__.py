@@ -2,7 +2,7 @@
 (``test/distributed/...`` of a PyTorch checkout, or any folder of tests written on
 ``torch.testing._internal``) on an accelkit backend. See ``docs/upstream.md``.
 
-- :mod:`~accelkit.conformance.upstream.cli`: the command;
+- :mod:`~accelkit.commands.upstream`: the command;
 - :mod:`~accelkit.conformance.upstream.selection`: the default file set, ``--tests``/``--area``;
 - :mod:`~accelkit.conformance.upstream.runner`: one pytest process per file;
 - :mod:`~accelkit.conformance.upstream.hook` (started by ``startup/sitecustomize.py`` in every

@@ -1,7 +1,7 @@
 """The one place ``accelkit upstream`` depends on the conformance suite's report model: an
 upstream report as a :class:`~accelkit.conformance.model.RunReport` of
 :class:`~accelkit.conformance.outcomes.CheckResult`, so that ``junit.xml`` comes from the
-suite's own writer (:func:`accelkit.conformance.reports.to_junit`, with the versions and the
+suite's own writer (:func:`accelkit.conformance.reports.files.to_junit`, with the versions and the
 backend's settings as suite properties) and the Markdown uses the suite's outcome marks. Each
 upstream file becomes a report area (one JUnit ``testsuite``), each test
 ``<file area>.<Class>::<test>`` with no world size of its own (a test makes its own groups).
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accelkit.conformance import reports
+from accelkit.conformance.engine.options import Options
 from accelkit.conformance.model import RunReport
-from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome
+from accelkit.conformance.reports import files as reports
 from accelkit.conformance.upstream.report import UpstreamReport
 from accelkit.conformance.upstream.runner import slug
 

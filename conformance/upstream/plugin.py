@@ -19,7 +19,7 @@ import os
 import re
 
 import pytest
-from accelkit.conformance.expectations import UpstreamExpectation
+from accelkit.conformance.engine.expectations import UpstreamExpectation
 from accelkit.conformance.upstream import groups
 from accelkit.conformance.upstream.groups import TEST_ENV
 from accelkit.conformance.upstream.hook import config_from_env

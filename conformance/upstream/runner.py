@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from accelkit.conformance.processes import exit_text, kill_group, spawn
+from accelkit.conformance.launchers.processes import exit_text, kill_group, spawn
 from accelkit.conformance.upstream.hook import CONFIG_ENV
 
 STARTUP_DIR = Path(__file__).resolve().parent / "startup"

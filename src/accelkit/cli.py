@@ -14,11 +14,11 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "backends": ("accelkit.commands.backends", "list known backends and whether they can run here"),
     "doctor": ("accelkit.commands.doctor", "check a backend's device handle (exit 1 on errors)"),
-    "conformance": ("accelkit.conformance.cli", "run the conformance suite on a backend"),
-    "compare": ("accelkit.conformance.compare",
+    "conformance": ("accelkit.commands.conformance", "run the conformance suite on a backend"),
+    "compare": ("accelkit.commands.compare",
                 "compare conformance reports: newly failing, newly passing, time changes"),
     "new": ("accelkit.commands.new", "create a vendor backend package from the cuda-like template"),
-    "upstream": ("accelkit.conformance.upstream.cli",
+    "upstream": ("accelkit.commands.upstream",
                  "run PyTorch's own distributed tests on a backend (harness adapted)"),
 }
 

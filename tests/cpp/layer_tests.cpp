@@ -9,7 +9,7 @@
 #include <accelkit/accelkit.h>
 #include <accelkit/philox.h>
 
-#include "allocator.h"  // core/csrc: the layer's private allocator
+#include "runtime/allocator.h"  // core/csrc: the layer's private allocator
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>

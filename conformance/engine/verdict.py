@@ -21,7 +21,7 @@ from accelkit.conformance.outcomes import FAILING, CheckResult, Outcome, RankRes
 
 if TYPE_CHECKING:
     from accelkit.conformance.api import CheckDef
-    from accelkit.conformance.expectations import Expectation, OpExpectation
+    from accelkit.conformance.engine.expectations import Expectation, OpExpectation
 
 #: Rank statuses that decide a check's outcome, worst first.
 _WORST_FIRST = ((RankStatus.CRASH, Outcome.CRASH), (RankStatus.TIMEOUT, Outcome.TIMEOUT),

@@ -137,9 +137,9 @@ def synchronize(handle) -> None:
 def run_on_rank(check: CheckDef, ctx: CheckContext, group_count_before: int) -> RankResult:
     """Run ``check`` on this rank from a clean state and describe what happened. A simulated
     check runs inside a fake default process group of ``ctx.world_size`` ranks
-    (:func:`accelkit.conformance.simulate.fake_world`), made and destroyed around it."""
+    (:func:`accelkit.conformance.launchers.simulate.fake_world`), made and destroyed around it."""
     if check.simulated:
-        from accelkit.conformance.simulate import fake_world
+        from accelkit.conformance.launchers.simulate import fake_world
 
         with fake_world(ctx.spec.device_type, ctx.world_size, ctx.rank):
             return _run(check, ctx, group_count_before)

@@ -3,9 +3,9 @@ runs the conformance checks on an existing (possibly multi-node) launch.
 
 Every rank is a worker: it calls ``spec.setup()``, selects its device (``LOCAL_RANK``) and
 ``init_process_group`` through ``env://``. Its options are ``accelkit conformance``'s
-(:mod:`~accelkit.conformance.options`), but for the world size: the launch's. Checks written
+(:mod:`~accelkit.conformance.engine.options`), but for the world size: the launch's. Checks written
 for the launch's world size run at it; the others are SKIPped with the reason. Rank 0 plans the
-run (:func:`~accelkit.conformance.plan.make_plan`), publishes each step's decision through the
+run (:func:`~accelkit.conformance.engine.plan.make_plan`), publishes each step's decision through the
 launch's store (so every rank agrees), collects the per-rank results through the store (as
 JSON), merges them with the same logic as the pool engine and, at the end, prints the
 summary and writes the reports. At startup every rank publishes its hostname through the store,
@@ -32,12 +32,12 @@ import sys
 import threading
 import time
 
-from accelkit.conformance import options as options_mod
 from accelkit.conformance.api import CheckContext, CheckDef
+from accelkit.conformance.engine import options as options_mod
+from accelkit.conformance.engine.plan import Step, make_plan, probe_host, with_launch
+from accelkit.conformance.engine.runner import Runner
+from accelkit.conformance.engine.session import LoadError, UsageError, resolve
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult, RankStatus
-from accelkit.conformance.plan import Step, make_plan, probe_host, with_launch
-from accelkit.conformance.runner import Runner
-from accelkit.conformance.session import LoadError, UsageError, resolve
 
 _PREFIX = "accelkit_conformance"
 PROG = "python -m accelkit.conformance"
@@ -123,7 +123,7 @@ class LaunchRunner(Runner):
     def _execute(self, check: CheckDef) -> tuple[list[RankResult], None]:
         ctx = CheckContext(rank=self.rank, world_size=self.world_size,
                            local_rank=self.local_rank, spec=self.spec)
-        from accelkit.conformance.execute import run_on_rank
+        from accelkit.conformance.engine.execute import run_on_rank
 
         timer = None
         if self.rank == 0:
@@ -208,7 +208,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from accelkit.conformance import cli, terminal
+    from accelkit.conformance.reports import terminal
+
+    from accelkit.commands import conformance as cli
 
     options = options_mod.from_namespace(_parse(argv), options_mod.TORCHRUN)
     if os.environ.get("RANK") == "0":  # taken by LaunchRunner.watch_sigterm, in every thread
@@ -252,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     spec.setup()
-    from accelkit.conformance.execute import device_handle
+    from accelkit.conformance.engine.execute import device_handle
 
     handle = device_handle(spec.device_type)
     if handle is not None and hasattr(handle, "set_device"):
@@ -271,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     _publish_host(store, rank)
     if rank == 0:
         runner.report.hosts = _launch_hosts(store, ranks["world_size"])
-    from accelkit.conformance.worker import device_info
+    from accelkit.conformance.launchers.worker import device_info
 
     runner.report.device = device_info(spec)
     runner.started = time.perf_counter()

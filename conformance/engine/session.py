@@ -1,6 +1,6 @@
 """What a run needs before it is planned: the backend, the checks, the expectations.
 
-:func:`resolve` turns :class:`~accelkit.conformance.options.Options` into a :class:`Session`,
+:func:`resolve` turns :class:`~accelkit.conformance.engine.options.Options` into a :class:`Session`,
 or raises :class:`UsageError` (bad input, printed by the entry points; exit 2). A backend whose
 own code cannot be imported (the catalogue imports torch, and torch imports the vendor package
 through its ``torch.backends`` entry point) is :class:`LoadError`, which carries the real
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from accelkit.conformance import expectations as expectations_mod
-from accelkit.conformance import loader
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import Expectation, OpExpectation
-from accelkit.conformance.options import Options
+from accelkit.conformance.engine import expectations as expectations_mod
+from accelkit.conformance.engine import loader
+from accelkit.conformance.engine.expectations import Expectation, OpExpectation
+from accelkit.conformance.engine.options import Options
 from accelkit.core.spec import BackendSpec
 from accelkit.core.versions import torch_version
 

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from accelkit.conformance.model import RunReport
 from accelkit.conformance.outcomes import ORDER, CheckResult, Outcome
-from accelkit.conformance.reports import hosts_text, left_out_text, versions_text
+from accelkit.conformance.reports.files import hosts_text, left_out_text, versions_text
 
 #: Outcomes listed after the summary table, worst first.
 NOT_PASSING = (Outcome.CRASH, Outcome.TIMEOUT, Outcome.ERROR, Outcome.FAIL, Outcome.XPASS,

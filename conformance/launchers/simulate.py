@@ -10,7 +10,7 @@ torch 2.13 registers the fake backend for cpu, cuda, hpu and xpu only
 (``fake_pg.py``, ``Backend.register_backend(..., devices=[...])``): :func:`fake_world` adds
 the device under test to its devices, so meshes on that device type get fake groups.
 
-The engine runs a simulated check on a pool of one worker (:class:`~accelkit.conformance.pool.Pool`
+The engine runs a simulated check on a pool of one worker (:class:`~accelkit.conformance.launchers.pool.Pool`
 with ``simulate=N``) that has no real process group; :func:`fake_world` gives the check its
 fake default group for the duration of the check.
 """

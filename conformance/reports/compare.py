@@ -1,4 +1,5 @@
-"""``accelkit compare A.json B.json [C.json ...]``: conformance reports side by side.
+"""Conformance reports side by side (``accelkit compare A.json B.json [C.json ...]``, whose
+command is :mod:`accelkit.commands.compare`).
 
 The first report is the baseline; every later one is compared with it, check by check (keyed
 ``id@N``: a check on N ranks): what **newly fails** (FAIL, ERROR, TIMEOUT or CRASH where the
@@ -17,13 +18,9 @@ gating), or 2 when a file is not a report.
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from dataclasses import asdict, dataclass, field
 
 from accelkit.conformance.outcomes import FAILING, Outcome
-from accelkit.conformance.reports import read_json
 
 #: How many of the biggest run-time changes are listed (``--top``).
 DEFAULT_TOP = 10
@@ -80,7 +77,7 @@ class Comparison:
 _FAILING = {o.value for o in FAILING}
 
 
-def _label(report: dict, path: str) -> str:
+def label(report: dict, path: str) -> str:
     versions = report.get("versions") or {}
     return f"{path} ({report['backend']['name']}, torch {versions.get('torch')}, {report['started']})"
 
@@ -210,40 +207,3 @@ def to_json(comparisons: list[Comparison]) -> dict:
                                  time_changes=[dict(asdict(t), delta_s=t.delta_s)
                                                for t in c.time_changes])
                             for c in comparisons]}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("reports", nargs="+", metavar="REPORT",
-                        help="report.json files; the first is the baseline")
-    parser.add_argument("--format", choices=("text", "markdown", "json"), default="text",
-                        help="output format (default: text)")
-    parser.add_argument("--output", metavar="FILE", help="write there instead of stdout")
-    parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
-                        help=f"how many of the biggest time changes to list (default {DEFAULT_TOP})")
-
-
-def run(args: argparse.Namespace) -> int:
-    if len(args.reports) < 2:
-        print("accelkit compare: give at least two report.json files (the first is the "
-              "baseline)", file=sys.stderr)
-        return 2
-    try:
-        reports = [read_json(path) for path in args.reports]
-    except ValueError as exc:
-        print(f"accelkit compare: {exc}", file=sys.stderr)
-        return 2
-    labels = [_label(r, path) for r, path in zip(reports, args.reports, strict=True)]
-    comparisons = [compare(reports[0], other, names=(labels[0], label), top=args.top)
-                   for other, label in zip(reports[1:], labels[1:], strict=True)]
-    if args.format == "json":
-        text = json.dumps(to_json(comparisons), indent=2) + "\n"
-    elif args.format == "markdown":
-        text = to_markdown(comparisons, reports)
-    else:
-        text = to_text(comparisons)
-    if args.output:
-        with open(args.output, "w") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 1 if any(c.regressed for c in comparisons) else 0

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from accelkit.conformance import expectations as expectations_mod
+from accelkit.conformance.engine import expectations as expectations_mod
 from accelkit.conformance.upstream import adaptations as adaptations_mod
 from accelkit.conformance.upstream import selection as selection_mod
 
@@ -102,7 +102,7 @@ def _explain(spec, chosen_names: set[str], torch_version: str) -> str:
 
 
 def _resolve(args):
-    from accelkit.conformance.session import torch_version
+    from accelkit.conformance.engine.session import torch_version
     from accelkit.core import registry
 
     try:

@@ -1,6 +1,6 @@
 """What a run will do: :func:`make_plan` turns checks x world sizes x expectations into a
 :class:`Plan`, without running or probing anything (the same inputs give the same plan). The
-pool engine (:mod:`~accelkit.conformance.runner`), the pytest plugin and the torchrun mode
+pool engine (:mod:`~accelkit.conformance.engine.runner`), the pytest plugin and the torchrun mode
 execute plans.
 
 Each :class:`Step` is one check on one world size, with the expectation that applies to it
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import Expectation, lookup
+from accelkit.conformance.engine.expectations import Expectation, lookup
 from accelkit.conformance.outcomes import Outcome
 from accelkit.core.spec import BackendSpec
 

@@ -1,13 +1,13 @@
-"""One rank of the engine's worker pool: ``python -m accelkit.conformance.worker FD CONFIG``.
+"""One rank of the engine's worker pool: ``python -m accelkit.conformance.launchers.worker FD CONFIG``.
 
-Started by :class:`accelkit.conformance.pool.Pool` as a fresh interpreter (spawn, never fork).
+Started by :class:`accelkit.conformance.launchers.pool.Pool` as a fresh interpreter (spawn, never fork).
 It imports torch and the check modules once, sets ``OMP_NUM_THREADS=1``, calls
 ``spec.setup()``, selects its device (``LOCAL_RANK``), joins the pool's TCPStore (rank 0 hosts
 it on a free port of 127.0.0.1 and reports the port) and ``init_process_group`` once, then
 runs checks on command over its socket until told to exit. A worker started with
 ``simulate=N`` (the one-rank pool of simulated checks) joins no store and initialises no
 process group: each check gets a fake one of N ranks
-(:mod:`accelkit.conformance.simulate`). It dies with the engine
+(:mod:`accelkit.conformance.launchers.simulate`). It dies with the engine
 (``PR_SET_PDEATHSIG``) and dumps every thread's stack on ``SIGUSR1`` (the engine asks for it
 before killing a hung pool).
 """
@@ -72,7 +72,7 @@ def device_info(spec) -> dict:
     import platform
 
     import torch
-    from accelkit.conformance.execute import device_handle
+    from accelkit.conformance.engine.execute import device_handle
 
     handle = device_handle(spec.device_type)
     info = {"type": spec.device_type, "count": None, "name": _cpu_name() or platform.machine()}
@@ -95,7 +95,7 @@ def _start(conn: Connection, config: dict):
     import torch.distributed as dist
 
     torch.set_num_threads(1)
-    from accelkit.conformance import loader
+    from accelkit.conformance.engine import loader
     from accelkit.core import registry
 
     rank, world_size = config["rank"], config["world_size"]
@@ -103,7 +103,7 @@ def _start(conn: Connection, config: dict):
     spec = registry.get(config["backend"])
     spec.setup()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
-    from accelkit.conformance.execute import device_handle
+    from accelkit.conformance.engine.execute import device_handle
 
     handle = device_handle(spec.device_type)
     if handle is not None and hasattr(handle, "set_device"):
@@ -144,7 +144,7 @@ def serve(conn: Connection, config: dict) -> None:
         os._exit(1)
     conn.send({"type": "ready", "pid": os.getpid(), "device": device})
     import torch.distributed as dist
-    from accelkit.conformance.execute import run_on_rank
+    from accelkit.conformance.engine.execute import run_on_rank
 
     rank, world_size = config["rank"], config.get("simulate") or config["world_size"]
     while True:

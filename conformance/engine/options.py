@@ -62,7 +62,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("report-dir", "report_dir", "write report.json, junit.xml and report.md there",
            metavar="DIR"),
     Option("expectations", "expectations", "expectations TOML to use instead of the backend's "
-           "own (format: the docstring of accelkit.conformance.expectations)", metavar="FILE"),
+           "own (format: the docstring of accelkit.conformance.engine.expectations)", metavar="FILE"),
     Option("strict", "strict", "an unexpected pass (XPASS) fails the run", action="store_true"),
     Option("list", "list_only", "list the selected checks and exit", action="store_true",
            entry_points=frozenset({CLI})),

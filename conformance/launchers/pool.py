@@ -3,7 +3,7 @@
 Spawning and initialising a process group costs seconds (5-7 s for 4 ranks on gloo here), so a
 pool does it once and then runs checks on command: one pickled message per rank over a
 socketpair, one :class:`~accelkit.conformance.outcomes.RankResult` back. Workers are fresh
-interpreters (``python -m accelkit.conformance.worker``) in their own process group, so
+interpreters (``python -m accelkit.conformance.launchers.worker``) in their own process group, so
 teardown kills the whole group (and anything a check started) and reaps every rank: no zombie
 is left. A hung check (TIMEOUT) or a dead rank (CRASH) tears the pool down; the caller builds a
 new one for the next check. So does a check that failed on some ranks while the others, still
@@ -25,8 +25,8 @@ import time
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
+from accelkit.conformance.launchers.processes import exit_text, kill_group, spawn
 from accelkit.conformance.outcomes import RankResult, RankStatus
-from accelkit.conformance.processes import exit_text, kill_group, spawn
 
 
 class PoolStartError(Exception):
@@ -42,7 +42,7 @@ class Pool:
         self.backend = backend
         self.world_size = world_size
         #: Simulated ranks: one worker without a process group that runs simulated checks on a
-        #: fake group of this many ranks (:mod:`accelkit.conformance.simulate`), or None.
+        #: fake group of this many ranks (:mod:`accelkit.conformance.launchers.simulate`), or None.
         self.simulate = simulate
         self.procs: list[subprocess.Popen] = []
         self.conns: list[Connection] = []
@@ -80,7 +80,7 @@ class Pool:
             self.logs.append(log)
             with open(log, "wb") as out:
                 proc = spawn(
-                    [sys.executable, "-m", "accelkit.conformance.worker",
+                    [sys.executable, "-m", "accelkit.conformance.launchers.worker",
                      str(child_sock.fileno()), json.dumps(config)],
                     group=self.pgid or 0, pass_fds=(child_sock.fileno(),), env=env,
                     stdout=out, stderr=subprocess.STDOUT)

@@ -1,5 +1,5 @@
-"""The pool engine: runs a :class:`~accelkit.conformance.plan.Plan` on worker pools; each
-check's result is decided from its ranks' answers by :func:`accelkit.conformance.verdict.verdict`.
+"""The pool engine: runs a :class:`~accelkit.conformance.engine.plan.Plan` on worker pools; each
+check's result is decided from its ranks' answers by :func:`accelkit.conformance.engine.verdict.verdict`.
 
 A step the plan decided (UNAVAILABLE, SKIP) is recorded as it is. Otherwise the check runs on
 the pool of its world size (one pool alive at a time), which returns the ranks' answers; every check of a world size whose pool cannot
@@ -23,14 +23,14 @@ import time
 from collections.abc import Callable, Mapping
 
 from accelkit.conformance.api import CheckDef
-from accelkit.conformance.expectations import OpExpectation
+from accelkit.conformance.engine.expectations import OpExpectation
+from accelkit.conformance.engine.options import Options
+from accelkit.conformance.engine.plan import Plan, Step, make_plan, probe_host
+from accelkit.conformance.engine.session import Session
+from accelkit.conformance.engine.verdict import verdict
+from accelkit.conformance.launchers.pool import Pool, PoolStartError
 from accelkit.conformance.model import RunReport
-from accelkit.conformance.options import Options
 from accelkit.conformance.outcomes import CheckResult, Outcome, RankResult
-from accelkit.conformance.plan import Plan, Step, make_plan, probe_host
-from accelkit.conformance.pool import Pool, PoolStartError
-from accelkit.conformance.session import Session
-from accelkit.conformance.verdict import verdict
 from accelkit.core.spec import BackendSpec
 
 #: Consecutive crashes of the pool in one area after which the area's other checks do not run.
@@ -161,7 +161,7 @@ class Runner:
 
     def judge(self, step: Step, ranks: list[RankResult] | None,
               decided: tuple[Outcome, str] | None = None) -> CheckResult:
-        """``step``'s result: :func:`~accelkit.conformance.verdict.verdict` with this run's
+        """``step``'s result: :func:`~accelkit.conformance.engine.verdict.verdict` with this run's
         expectations and ``--strict``."""
         return verdict(step.check, ranks, step.expectation, decided=decided,
                        ops=self.ops, strict=self.options.strict)

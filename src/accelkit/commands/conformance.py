@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from accelkit.conformance import options as options_mod
+from accelkit.conformance.engine import options as options_mod
+from accelkit.conformance.engine.options import Options
+from accelkit.conformance.engine.plan import Plan
+from accelkit.conformance.engine.session import LoadError, UsageError, resolve
 from accelkit.conformance.model import RunReport, describe_exception
-from accelkit.conformance.options import Options
-from accelkit.conformance.plan import Plan
-from accelkit.conformance.session import LoadError, UsageError, resolve
 
 EXIT_LOAD_ERROR = 2
 
@@ -54,7 +54,8 @@ def load_failure(exc: LoadError, options: Options, mode: str) -> RunReport:
 
 def finish(report: RunReport, options: Options) -> None:
     """Print the summary and write the report files (``--report-dir``)."""
-    from accelkit.conformance import reports, terminal
+    from accelkit.conformance.reports import files as reports
+    from accelkit.conformance.reports import terminal
 
     print()
     print(terminal.summary(report))
@@ -78,8 +79,8 @@ def _print_list(plan: Plan) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from accelkit.conformance import terminal
-    from accelkit.conformance.runner import Runner, plan_session
+    from accelkit.conformance.engine.runner import Runner, plan_session
+    from accelkit.conformance.reports import terminal
 
     options = options_mod.from_namespace(args, options_mod.CLI)
     try:
