@@ -26,7 +26,7 @@ EXTENSIONS: dict[str, dict] = {
 #: (host-accessible, which the layer uses without copies, or a discrete device's, which the host
 #: cannot address) and whether its work is queued on streams. Both are set in each, so a mode
 #: does not inherit the other's from the environment. The runs in every mode (tox's
-#: conformance-modes, the mutation tests, the benchmarks, tests/mock_process.py) take them here.
+#: conformance-modes, the mutation tests, the benchmarks, tests/support/mock_process.py) take them here.
 MODES: dict[str, dict[str, str]] = {
     "default": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "1", "ACCELKIT_MOCK_ASYNC": "0"},
     "discrete": {"ACCELKIT_MOCK_HOST_ACCESSIBLE": "0", "ACCELKIT_MOCK_ASYNC": "0"},
@@ -51,7 +51,7 @@ def fault_build() -> bool:
 def extensions() -> dict[str, dict]:
     """The extensions this process builds and loads: :data:`EXTENSIONS`, or with
     ``ACCELKIT_MOCK_FAULTS=1`` their fault build, for accelkit's own mutation tests
-    (``tests/test_mutants.py``): the same sources and accelkit's library compiled with
+    (``tests/catalogue/test_mutants.py``): the same sources and accelkit's library compiled with
     ``-DACCELKIT_FAULTS``, named ``<name>_faults`` and cached apart. In it the environment
     variable ``ACCELKIT_FAULT`` switches on one of the faults ``core/csrc/testing/faults.cpp``
     lists; the default build has no fault code at all."""

@@ -1,23 +1,20 @@
-"""What the multi-process benchmarks share: build the mock's extensions once, then run a
-script's ranks (``<script> --rank R N PORT RESULT [args...]``) on this host or on simulated
-hosts, and read the JSON result rank 0 writes."""
+"""What the multi-process benchmarks share: build the mock's extensions once and find a free
+port (as the tests do: tests/support/ranks.py), then run a script's ranks (``<script> --rank R N
+PORT RESULT [args...]``) on this host or on simulated hosts, and read the JSON result rank 0
+writes."""
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from accelkit.conformance.launchers.processes import exit_text, kill_group, spawn
 
-
-def build_extensions() -> None:
-    """Build the mock's extensions once here, not in every rank at the same time."""
-    subprocess.run([sys.executable, "-c", "import accelkit.backends.mock; from "
-                    "accelkit.backends.mock import mockccl; mockccl.extension()"], check=True)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from support.ranks import build_extensions, free_port  # noqa: E402 (tests/ on the path first)
 
 
 def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
@@ -25,9 +22,7 @@ def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
     when a rank failed)."""
     build_extensions()
     result.parent.mkdir(parents=True, exist_ok=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     procs: list[subprocess.Popen] = []
     try:

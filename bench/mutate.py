@@ -82,8 +82,9 @@ import mutant_faults  # noqa: E402  (tests/fixtures)
 FOLDERS = (ROOT / "core" / "csrc", ROOT / "backends" / "mock" / "csrc")
 SKIPPED = {"faults.cpp", "faults.h", "faulty_runtime.cpp", "faulty_runtime.h",
            "faulty_transport.cpp", "faulty_transport.h",
-           # mockccl across hosts: the catalogue on one host never reaches it; tests/test_two_
-           # hosts.py, tests/test_mockccl_hostile.py and the failure tests across hosts do.
+           # mockccl across hosts: the catalogue on one host never reaches it;
+           # tests/engine/test_two_hosts.py, tests/mockccl/test_mockccl_hostile.py and the
+           # failure tests across hosts do.
            "mockccl_net.cpp", "mockccl_net.h", "mockccl_hosts.cpp", "mockccl_hosts.h",
            "mockccl_wire.h"}
 
@@ -120,7 +121,7 @@ MOCKCCL_AREAS = ("collectives", "devicemesh")
 #: The project's own tests of a file's behaviour beyond what the catalogue asks of a backend
 #: (by the file name's start): a survivor of every catalogue stage runs them last, so a mutant
 #: of mockccl's own error reporting is killed by the test of that reporting, not explained away.
-FILE_TESTS: dict[str, tuple[str, ...]] = {"mockccl": ("tests/test_mockccl_failures.py",)}
+FILE_TESTS: dict[str, tuple[str, ...]] = {"mockccl": ("tests/mockccl/test_mockccl_failures.py",)}
 DEFAULT_AREAS = ("registration", "collectives", "dtensor", "streams", "rng")
 
 #: The mock's modes (the fault matrix's, tests/fixtures/mutant_faults.py): a survivor is also

@@ -9,7 +9,7 @@ function names what it touches.
 registration glue's Python side, the compiler integration, the catalogue's checks, ``accelkit
 upstream``), with what it is used for and the torch versions it exists on. They were read
 against, and tested on, the torch releases in :data:`VERIFIED_ON`.
-``tests/test_torch_internals.py`` finds every private torch name in accelkit's code and fails when
+``tests/core/test_torch_internals.py`` finds every private torch name in accelkit's code and fails when
 one is not listed, when a listed one does not resolve on the installed torch (naming it), or when
 the installed release is not in :data:`VERIFIED_ON`; ``accelkit doctor`` prints
 :func:`render_private_apis`. Moving to a new torch release: run that test on it, re-read each

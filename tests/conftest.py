@@ -1,46 +1,33 @@
-"""Shared test helpers: run Python in a fresh process (PrivateUse1 can be renamed once per
-process, so every test that registers a device runs its own interpreter)."""
+"""accelkit's tests: ``tests/`` (the ``support`` package) and ``tests/fixtures/`` (the check
+modules and stand-ins the tests import by name: engine_env, mutant_faults, ...) importable here
+and in every process the tests start; the ``mock_process`` and selection markers' hooks."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-from mock_process import pytest_configure, pytest_pycollect_makemodule, pytest_runtest_call  # noqa: F401 (hooks)
 
 TESTS = Path(__file__).resolve().parent
-#: The helpers and fixture modules the tests import by name (engine_env, mutant_faults, ...).
-sys.path.insert(0, str(TESTS / "fixtures"))
+sys.path[:0] = [str(TESTS), str(TESTS / "fixtures")]
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(TESTS), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
 
-#: Test files in the style of PyTorch's, run by `accelkit upstream` in tests/test_upstream.py,
-#: never collected by accelkit's own test run.
+from support import markers, mock_process  # noqa: E402 (after the path it is imported from)
+from support.mock_process import pytest_pycollect_makemodule, pytest_runtest_call  # noqa: E402,F401 (hooks)
+
+#: Test files in the style of PyTorch's, run by `accelkit upstream` in
+#: tests/upstream/test_upstream.py, never collected by accelkit's own test run.
 collect_ignore = ["fixtures/upstream", "fixtures/upstream_failures"]
 
 
-def run_python(code: str, *args: str, timeout: float = 120, path: tuple[str, ...] = (),
-               env: dict[str, str] | None = None, cwd: Path = TESTS) -> subprocess.CompletedProcess:
-    """Run ``code`` (dedented) in ``cwd`` (importable first, as for any ``python -c``) with
-    ``tests/`` and ``path`` importable and torch's backend autoload off unless ``env`` turns
-    it on; returns the finished process."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
-           "PYTHONPATH": os.pathsep.join([str(TESTS), *path, os.environ.get("PYTHONPATH", "")]),
-           **(env or {})}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+def pytest_configure(config) -> None:
+    mock_process.pytest_configure(config)
+    markers.pytest_configure(config)
 
 
-def json_result(proc: subprocess.CompletedProcess) -> dict:
-    """The JSON object a snippet printed as its last stdout line; fails with its stderr."""
-    if proc.returncode != 0 or not proc.stdout.strip():
-        pytest.fail(f"snippet failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-#: How much slower than usual the code under test runs: a sanitizer build's run
-#: (tests/sanitize.py) sets ACCELKIT_TIME_SCALE, and tests multiply their time bounds by it.
-TIME_SCALE = float(os.environ.get("ACCELKIT_TIME_SCALE", "1"))
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by them
+def pytest_collection_modifyitems(config, items) -> None:
+    markers.pytest_collection_modifyitems(config, items)

@@ -3,14 +3,14 @@ AddressSanitizer (and UndefinedBehaviorSanitizer), then with ThreadSanitizer
 (``ACCELKIT_SANITIZE``, accelkit.core.cpp), and under each build the tests of the code that
 takes input from other processes or runs threads against each other:
 
-- tests/test_mockccl_hostile.py: hostile peers, on one machine and across two simulated hosts;
-- tests/test_mockccl_failures.py and tests/test_mockccl_teardown.py: mockccl's failures and
+- tests/mockccl/test_mockccl_hostile.py: hostile peers, on one machine and across two simulated hosts;
+- tests/mockccl/test_mockccl_failures.py and tests/mockccl/test_mockccl_teardown.py: mockccl's failures and
   teardown (timeouts, mismatches, dead peers, abort with operations in flight);
-- the allocator stress test (tests/test_mock_device.py, its in-process
+- the allocator stress test (tests/mock/test_mock_device.py, its in-process
   ``test_allocator_under_threads_streams_and_empty_cache``, on the asynchronous mock).
 
 The wire-format fuzz and the shared-memory transport's stress test are sanitized programs of
-their own, run by every ``tox`` (tests/test_cpp_layer.py).
+their own, run by every ``tox`` (tests/cpp/test_cpp_layer.py).
 
 Every process gets the sanitizer's runtime preloaded, then the C++ runtime (``LD_PRELOAD``;
 torch and Python are not instrumented, so it must come first) and writes its reports to a folder; a report is
@@ -18,7 +18,7 @@ explained only by a suppression in tests/sanitizers/<kind>.supp, each with its r
 ``python tests/sanitize.py [address] [thread]`` (both by default; ``tox -e sanitizers``) prints,
 per sanitizer, the tests' outcome and every unexplained report, and exits 1 if any test failed
 or any report is unexplained. Under a sanitizer the tests' time bounds are scaled
-(``ACCELKIT_TIME_SCALE``, tests/conftest.py): the checks of behaviour stay as they are.
+(``ACCELKIT_TIME_SCALE``, tests/support/python.py): the checks of behaviour stay as they are.
 """
 
 from __future__ import annotations
@@ -35,8 +35,9 @@ TESTS = Path(__file__).resolve().parent
 
 #: (pytest arguments, extra environment) of each run, in tests/.
 RUNS = [
-    (["test_mockccl_hostile.py", "test_mockccl_failures.py", "test_mockccl_teardown.py"], {}),
-    (["test_mock_device.py", "-k", "test_allocator_under_threads_streams_and_empty_cache"],
+    (["mockccl/test_mockccl_hostile.py", "mockccl/test_mockccl_failures.py",
+      "mockccl/test_mockccl_teardown.py"], {}),
+    (["mock/test_mock_device.py", "-k", "test_allocator_under_threads_streams_and_empty_cache"],
      {"ACCELKIT_MOCK_TEST_PROCESS": "1", "ACCELKIT_MOCK_ASYNC": "1",
       "ACCELKIT_MOCK_MEMORY": "64MiB", "ACCELKIT_MOCK_HOST_ACCESSIBLE": "0"}),
 ]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 #: Where mockccl's shared-memory segments live, and the prefix of their names: mockccl's
 #: ``kSegmentPrefix`` (backends/mock/csrc/mockccl.cpp) without its slash, which
-#: tests/test_engine_units.py holds to this one.
+#: tests/engine/test_engine_units.py holds to this one.
 SHM_DIR = Path("/dev/shm")
 SHM_PREFIX = "accelkit_mockccl_"
 

@@ -13,7 +13,9 @@ python, the backend's distribution), the comparison says so first ("changed with
 
 Output as text (default), Markdown (``--format markdown``, for a CI summary or a pull request)
 or JSON (``--format json``). Exit status: 0, or 1 when a later report newly fails a check (CI
-gating), or 2 when a file is not a report.
+gating), or 2 when a file is not a report. With ``--same``, 1 when anything but time differs: an
+outcome, or a check only one side has (a refactoring's proof that every check gives the result
+it gave before).
 """
 
 from __future__ import annotations
@@ -72,6 +74,12 @@ class Comparison:
     @property
     def regressed(self) -> bool:
         return bool(self.newly_failing)
+
+    @property
+    def same(self) -> bool:
+        """Every check of either report is in both, with the same outcome."""
+        return not (self.newly_failing or self.newly_passing or self.changed
+                    or self.only_in_baseline or self.only_in_other)
 
 
 _FAILING = {o.value for o in FAILING}
@@ -154,7 +162,9 @@ def to_text(comparisons: list[Comparison]) -> str:
             lines.append(f"biggest time changes ({len(c.time_changes)}):")
             lines += [f"  {t.key}: {t.before_s:.2f}s -> {t.after_s:.2f}s ({t.delta_s:+.2f}s)"
                       for t in c.time_changes]
-        lines += ["", "REGRESSED: a check newly fails" if c.regressed else "no regression", ""]
+        lines += ["", "REGRESSED: a check newly fails" if c.regressed else "no regression",
+                  "same results: every check in both, each with its outcome" if c.same else
+                  "results differ", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -203,7 +213,8 @@ def to_markdown(comparisons: list[Comparison], reports: list[dict] | None = None
 def to_json(comparisons: list[Comparison]) -> dict:
     return {"schema": "accelkit.compare/1",
             "regressed": any(c.regressed for c in comparisons),
-            "comparisons": [dict(asdict(c), regressed=c.regressed,
+            "same": all(c.same for c in comparisons),
+            "comparisons": [dict(asdict(c), regressed=c.regressed, same=c.same,
                                  time_changes=[dict(asdict(t), delta_s=t.delta_s)
                                                for t in c.time_changes])
                             for c in comparisons]}

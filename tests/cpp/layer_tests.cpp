@@ -1,6 +1,6 @@
 // C++ unit tests of accelkit's layer, as a small extension built in the test run (the way
 // pybind11 tests itself): each function exercises one piece Python cannot see well and
-// returns what it observed; tests/test_cpp_layer.py asserts on it.
+// returns what it observed; tests/cpp/test_cpp_layer.py asserts on it.
 //
 //   philox_block         one Philox4x32-10 block (Random123's known-answer vectors)
 //   philox_simd_matches  the SSE2/AVX2 block generator against the scalar reference

@@ -13,7 +13,7 @@
 //   abort    ranks 0-2 wait in an allreduce rank 3 never joins; another thread aborts rank 0's
 //            transport: every waiting rank raises within a second.
 // Prints one line per part ("rounds ok", ...) and exits 0, or prints the failure and exits 1.
-// Built by tests/test_cpp_layer.py with -fsanitize=thread (TSan reports exit 66).
+// Built by tests/cpp/test_cpp_layer.py with -fsanitize=thread (TSan reports exit 66).
 #include "mockccl_shm.h"
 
 #include <sys/mman.h>

@@ -2,7 +2,7 @@
 // reads bytes a peer chose: seeded random bytes, bit flips of valid encodings, and every
 // encoding cut short and padded with random bytes go through each decoder. No input may crash,
 // read past its buffer (built with AddressSanitizer and UndefinedBehaviorSanitizer by
-// tests/test_cpp_layer.py), or decode to a message beyond the receiver's limit or from another
+// tests/cpp/test_cpp_layer.py), or decode to a message beyond the receiver's limit or from another
 // rank; every valid encoding decodes to what was encoded.
 // Usage: wire_fuzz [iterations] [seed]. Prints one line per part and exits 0, or prints the
 // first failure and exits 1.

@@ -34,7 +34,7 @@
 // a peer beyond Limits::kept_bytes (ACCELKIT_MOCKCCL_KEPT_BYTES), fails the group naming the
 // limit before any memory is taken for it; a kept message's memory grows as its bytes arrive.
 //
-// Failing promptly (the bounds tests/test_mockccl_hostile.py checks with the store's process
+// Failing promptly (the bounds tests/mockccl/test_mockccl_hostile.py checks with the store's process
 // frozen): abort() sets the flag and shuts every connection before it touches the store, then
 // writes the failure to the store for the other hosts, waiting at most kPublishWait; so abort()
 // returns within kPublishWait (250 ms) even when the store's host is the one that failed. Calls

@@ -1,4 +1,4 @@
-// Private: fault injection for accelkit's own mutation tests (tests/test_mutants.py,
+// Private: fault injection for accelkit's own mutation tests (tests/catalogue/test_mutants.py,
 // bench/mutants.py), which prove that the conformance suite catches realistic bugs of a port.
 //
 // Everything here exists only in a fault build: the layer compiled with -DACCELKIT_FAULTS

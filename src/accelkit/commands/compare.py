@@ -1,6 +1,7 @@
 """``accelkit compare A.json B.json [C.json ...]``: conformance reports side by side (what
 :mod:`accelkit.conformance.reports.compare` finds, as text, Markdown or JSON). Exit status: 0, or
-1 when a later report newly fails a check (CI gating), or 2 when a file is not a report."""
+1 when a later report newly fails a check (CI gating; with ``--same``, when any check's outcome
+differs or a check is in one report only), or 2 when a file is not a report."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", metavar="FILE", help="write there instead of stdout")
     parser.add_argument("--top", type=int, default=DEFAULT_TOP, metavar="N",
                         help=f"how many of the biggest time changes to list (default {DEFAULT_TOP})")
+    parser.add_argument("--same", action="store_true",
+                        help="exit 1 when anything but time differs (an outcome, or a check in one "
+                             "report only), not only on a regression: a refactoring changes nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,4 +57,6 @@ def run(args: argparse.Namespace) -> int:
             f.write(text)
     else:
         sys.stdout.write(text)
+    if args.same:
+        return 0 if all(c.same for c in comparisons) else 1
     return 1 if any(c.regressed for c in comparisons) else 0
