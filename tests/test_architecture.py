@@ -69,3 +69,16 @@ def test_every_test_module_is_classified_by_its_markers():
                                  r"hosts\.popen|run_pool|mutant_faults|__main__", text) is not None
         if "multi_process" in MARKERS[key]:
             assert starts_ranks, f"{key} is marked multi_process but starts no rank process"
+
+
+def test_the_release_envs_collect_every_module_with_torch_version_tests():
+    """`tox -e torch214,torch215` give pytest the modules that hold ``torch_version`` tests, so
+    it collects (and builds the mock for) those only; a module that gains or loses one must be
+    added to or taken from that list in tox.ini, or its tests would not run on those releases."""
+    marked = sorted(p.relative_to(ROOT).as_posix() for p in _test_modules()
+                    if p != Path(__file__).resolve()
+                    and re.search(r"pytest\.mark\.torch_version\b", p.read_text()))
+    command = re.search(r"torch214,torch215: pytest -q -m torch_version (.*) \{posargs\}",
+                        (ROOT / "tox.ini").read_text())
+    assert command, "tox.ini: the release envs' pytest command"
+    assert sorted(command.group(1).split()) == marked

@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
+import sys
 
 import engine_env  # tests/fixtures (tests/conftest.py)
+
+#: torchrun of the interpreter running the tests (its console script is torch.distributed.run),
+#: so a test run outside its virtual environment's PATH launches the same torch.
+TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
 
 def _torchrun(tmp_path, *select):
     env, marker = engine_env.new_env()
-    torchrun = shutil.which("torchrun") or "torchrun"
     proc = engine_env.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
          "--backend", "cpu", "--checks-module", engine_env.CHECKS, "--no-builtin-checks",
          "--report-dir", str(tmp_path), *select], env=env, timeout=300)
     assert engine_env.marked_processes(marker) == []
@@ -69,9 +72,8 @@ def test_catalogue_checks_written_for_the_launch_size_run_at_it(tmp_path):
     """A 2-rank launch runs the catalogue checks that are also written for 2 ranks, on 2 ranks;
     one tied to 4 ranks is SKIPped naming its size."""
     env, marker = engine_env.new_env()
-    torchrun = shutil.which("torchrun") or "torchrun"
     proc = engine_env.run(
-        [torchrun, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
          "--backend", "cpu", "-k", "collectives.all_reduce_sum", "-k", "collectives.subgroup_half",
          "--report-dir", str(tmp_path)], env=env, timeout=300)
     assert engine_env.marked_processes(marker) == []
