@@ -36,7 +36,8 @@ BEGIN, END = "<!-- suite_time.py: begin -->", "<!-- suite_time.py: end -->"
 #: Targets, in minutes: the tests (`tox`) from warm caches; CI's budget and goal.
 TOX_TARGET, CI_BUDGET, CI_GOAL = 10, 45, 30
 
-STAGE = re.compile(r"^== (\S+): (\d+) (min|s) into CI")
+#: `.ci/run`'s stage lines; newer ones also give the load average and the time (UTC) then.
+STAGE = re.compile(r"^== (\S+): (\d+) (min|s) into CI(?:, load ([\d.]+), (.+ UTC))?")
 ENV = re.compile(r"^\s+(\S+): (OK|FAIL code \d+) \(([\d.]+)=setup\[([\d.]+)\]\+cmd\[([\d.]+)\] "
                  r"seconds\)")
 COMMAND = re.compile(r"^(\S+): commands\[\d+\]> ")
@@ -52,7 +53,10 @@ def parse(log: str) -> dict:
     for line in log.splitlines():
         if m := STAGE.match(line):
             value = int(m.group(2)) * (60 if m.group(3) == "min" else 1)
-            stages.append({"stage": m.group(1), "at_s": value})
+            stage = {"stage": m.group(1), "at_s": value}
+            if m.group(4):
+                stage.update(load=float(m.group(4)), date=m.group(5))
+            stages.append(stage)
         elif m := ENV.match(line):
             envs.append({"env": m.group(1), "status": m.group(2), "seconds": float(m.group(3)),
                          "setup_s": float(m.group(4)), "commands_s": float(m.group(5))})
@@ -130,6 +134,15 @@ def markdown(raw: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _when(stages: list[dict]) -> dict:
+    """The run's own date and its load at the first and last stage, where its stage lines give
+    them (a log recorded later is then dated by when it ran, not when it was read)."""
+    first, last = stages[0], stages[-1]
+    if "load" not in first or "load" not in last:
+        return {}
+    return {"date": first["date"], "load_before": [first["load"]], "load_after": [last["load"]]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--log", type=Path, help="the output of a .ci/run that already ran")
@@ -161,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                      "that finished")
         total = done
     raw = {**env, "commit": commit, "caches": caches, "load_after": os.getloadavg(),
-           "total_s": round(total, 1), **parsed}
+           "total_s": round(total, 1), **parsed, **_when(parsed["stages"])}
     (RESULTS / "suite-time.json").write_text(json.dumps(raw, indent=1) + "\n")
     text = markdown(raw)
     print(text)

@@ -55,6 +55,23 @@ def test_a_log_gives_stages_environments_and_counts():
     assert "CI: 42.6 min; budget ≤ 45 min: met, goal ≤ 30 min: **not met**." in text
 
 
+def test_the_run_is_dated_and_its_load_read_from_its_own_stage_lines():
+    """Stage lines with the load and the time (today's `.ci/run`) date the record by the run;
+    a log recorded later keeps the run's date and load, not those of the recording."""
+    log = LOG.replace("== lint: 0 s into CI", "== lint: 0 s into CI, load 0.25, 2026-12-05 08:00 UTC")
+    log = log.replace("== done: 2555 s into CI", "== done: 2555 s into CI, load 7.50, 2026-12-05 08:42 UTC")
+    stages = suite_time.parse(log)["stages"]
+    assert stages[0] == {"stage": "lint", "at_s": 0, "load": 0.25, "date": "2026-12-05 08:00 UTC"}
+    assert "load" not in stages[1]
+    assert suite_time._when(stages) == {"date": "2026-12-05 08:00 UTC", "load_before": [0.25],
+                                        "load_after": [7.5]}
+    assert suite_time._when(suite_time.parse(LOG)["stages"]) == {}
+    raw = {"commit": "abc1234", "cpus": 2, "caches": "warm", "total_s": 2555,
+           **suite_time.parse(log), **suite_time._when(stages)}
+    assert "abc1234, 2026-12-05 08:00 UTC, 2 CPUs, load 0.2 before and 7.5 after" in \
+        suite_time.markdown(raw)
+
+
 def test_a_log_that_did_not_finish_is_refused(tmp_path):
     log = tmp_path / "ci.log"
     log.write_text(LOG.split("== done")[0])

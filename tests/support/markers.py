@@ -3,7 +3,7 @@ module is classified where every other one is (tests/test_architecture.py fails 
 missing from it, or on a name that is no module):
 
 - ``slow``: the module takes more than half a minute on two cores (measured with ``pytest
-  --durations=0``: these 16 modules are 2,000 s of the suite's 2,300); ``pytest -m "not slow"``
+  --durations=0``: these 15 modules are about 1,300 s of the suite's 1,400); ``pytest -m "not slow"``
   is the quick run (the other modules: about 270 s of test time, plus collection);
 - ``multi_process``: it starts rank processes that run collectives (a conformance run, a
   pool, torchrun, mockccl's ranks);
@@ -38,7 +38,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "bench/test_bench_mutate.py": (),
     "bench/test_bench_suite_time.py": (),
     "catalogue/test_catalogue.py": (SLOW, MULTI),
-    "catalogue/test_conformance_world_sizes.py": (SLOW, MULTI),
+    "catalogue/test_conformance_world_sizes.py": (MULTI,),
     "catalogue/test_coverage.py": (),
     "catalogue/test_mutants.py": (SLOW, MULTI, CPP),
     "catalogue/test_ops_area.py": (),
