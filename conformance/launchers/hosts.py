@@ -581,8 +581,11 @@ def run_torchrun(hosts: Hosts, nproc_per_node: int, args: Sequence[str], *, time
             argv = torchrun_command(hosts, i, nproc_per_node, endpoint, rdzv_id, args,
                                     module=module, join_timeout=timeout)
             with open(logs / f"host{i}.log", "wb") as log:
-                procs.append(hosts.popen(i, argv, env=worker_env(env), stdout=log,
-                                         stderr=subprocess.STDOUT))
+                # TMPDIR: torchrun's own log folders (torchelastic_*) and the ranks'
+                # temporary files go with the launch's logs, removed when it ends
+                procs.append(hosts.popen(i, argv, env=worker_env({"TMPDIR": str(logs),
+                                                                  **(env or {})}),
+                                         stdout=log, stderr=subprocess.STDOUT))
         ended = [None] * hosts.n
         stopped: list[str | None] = [None] * hosts.n
         deadline, failed_at = started + timeout, None

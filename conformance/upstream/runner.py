@@ -25,6 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -82,8 +83,11 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
                                        "results": str(results)}))
     pythonpath = os.pathsep.join(p for p in (str(STARTUP_DIR), os.environ.get("PYTHONPATH"))
                                  if p)
+    # The file's temporary files (torch's MultiProcessTestCase puts its FileStore there, which
+    # a rank killed mid-test leaves behind) go to a folder of its own, removed when it ends.
+    scratch = tempfile.mkdtemp(prefix="accelkit-upstream-")
     env = {**os.environ, "OMP_NUM_THREADS": "1", **env_extra, "PYTHONPATH": pythonpath,
-           CONFIG_ENV: str(config_file)}
+           CONFIG_ENV: str(config_file), "TMPDIR": scratch}
     cmd = [sys.executable, "-m", "pytest", rel, "--rootdir", str(root), "-p", PLUGIN,
            "-p", "no:cacheprovider", "-q", *pytest_args]
     start = time.monotonic()
@@ -102,6 +106,7 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
         finally:
             with _live_lock:
                 _live.discard(proc)
+            shutil.rmtree(scratch, ignore_errors=True)
     run.duration_s = round(time.monotonic() - start, 3)
     _read_results(run, results, timeout_s)
     return run

@@ -16,7 +16,7 @@ TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
 
 
 def _torchrun(tmp_path, *select):
-    env, marker = engine_env.new_env()
+    env, marker = engine_env.new_env(TMPDIR=str(tmp_path))  # torchrun's torchelastic_* logs
     proc = engine_env.run(
         [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
          "--backend", "cpu", "--checks-module", engine_env.CHECKS, "--no-builtin-checks",
@@ -71,7 +71,7 @@ def test_checks_for_another_world_size_are_skipped(tmp_path):
 def test_catalogue_checks_written_for_the_launch_size_run_at_it(tmp_path):
     """A 2-rank launch runs the catalogue checks that are also written for 2 ranks, on 2 ranks;
     one tied to 4 ranks is SKIPped naming its size."""
-    env, marker = engine_env.new_env()
+    env, marker = engine_env.new_env(TMPDIR=str(tmp_path))  # torchrun's torchelastic_* logs
     proc = engine_env.run(
         [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "accelkit.conformance",
          "--backend", "cpu", "-k", "collectives.all_reduce_sum", "-k", "collectives.subgroup_half",

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import engine_env  # tests/fixtures (tests/conftest.py)
 import pytest
@@ -50,6 +52,10 @@ def _machine_links() -> list[str]:
 
 
 @pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
+def _torchrun_folders() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("torchelastic_*")}
+
+
 @pytest.mark.parametrize(("backend", "select", "ranks_env", "at_least", "expected"), RUNS)
 def test_conformance_across_two_hosts(tmp_path, backend, select, ranks_env, at_least, expected):
     """Both torchruns exit 0; the launch writes one report.json, in torchrun mode, naming both
@@ -57,9 +63,10 @@ def test_conformance_across_two_hosts(tmp_path, backend, select, ranks_env, at_l
     ran on those 4 ranks, each rank answering; at least ``at_least`` PASS, nothing fails, and
     the ``expected`` checks end as said (outcome, words of the reason).
     report.md and the terminal summary name both hosts with their ranks. Afterwards no
-    namespace, interface, process or shared-memory segment of the run is left."""
+    namespace, interface, process, shared-memory segment or temporary folder (torchrun's
+    ``torchelastic_*`` logs) of the run is left."""
     _, marker = engine_env.new_env()
-    links, shm = _machine_links(), engine_env.shm_segments()
+    links, shm, temporary = _machine_links(), engine_env.shm_segments(), _torchrun_folders()
     started = time.monotonic()
     with hosts_mod.Hosts(2) as hosts:
         names = [hosts.hostname(0), hosts.hostname(1)]
@@ -107,5 +114,6 @@ def test_conformance_across_two_hosts(tmp_path, backend, select, ranks_env, at_l
     assert [n for n in hosts_mod.namespaces() if n.startswith(f"accelkit-{os.getpid()}-")] == []
     assert _machine_links() == links
     assert engine_env.shm_segments() == shm
+    assert _torchrun_folders() == temporary
     print(f"{backend} {' '.join(select)}: 2 hosts x 2 ranks, {passed} PASS, {took:.1f} s "
           f"(torchruns {', '.join(f'{run.duration_s:.1f} s' for run in runs)})")

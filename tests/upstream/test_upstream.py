@@ -284,7 +284,10 @@ def test_a_hanging_file_is_killed_with_its_children_and_a_broken_one_reported(tm
     assert never["outcome"] == "not-run"
     assert never["reason"] == ("never started: the file ran past its 20 s timeout during "
                                "test_hangs_fixture.py::test_hangs_with_a_child")
-    child = int(pid_file.read_text())
+    child, store = pid_file.read_text().split()
+    child = int(child)
+    assert Path(store).parent.name.startswith("accelkit-upstream-"), store
+    assert not Path(store).parent.exists(), f"the file's temporary folder is left: {store}"
     assert not Path(f"/proc/{child}").exists() or \
         Path(f"/proc/{child}/stat").read_text().split(")")[1].split()[0] == "Z"
     broken = files["test_import_error_fixture.py"]
