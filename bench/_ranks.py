@@ -1,41 +1,38 @@
-"""What the multi-process benchmarks share: build the mock's extensions once and find a free
-port (as the tests do: tests/support/ranks.py), then run a script's ranks (``<script> --rank R N
-PORT RESULT [args...]``) on this host or on simulated hosts, and read the JSON result rank 0
-writes."""
+"""What the multi-process benchmarks share: their ranks (``<script> --rank R N RESULT
+[args...]``, ``MASTER_PORT`` in the environment) start through the tests' launcher
+(tests/support/ranks.py, which builds the mock's extensions once first) on this host, or on
+simulated hosts; rank 0 writes the JSON result."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from accelkit.conformance.launchers.processes import exit_text, kill_group, spawn
+from accelkit.conformance.launchers.processes import exit_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.ranks import build_extensions, free_port  # noqa: E402 (tests/ on the path first)
+from support.ranks import build_extensions, spawn_ranks  # noqa: E402 (tests/ first)
+
+#: A benchmark's ranks' time to finish, in seconds (the largest sweeps take minutes).
+TIMEOUT_S = 3600
 
 
 def run_ranks(script: str, ranks: int, result: Path, *args: str) -> dict | None:
-    """The result of ``ranks`` processes of ``script`` (None, with the exit codes printed,
-    when a rank failed)."""
+    """The result of ``ranks`` processes of ``script``, also written to ``result`` (None, with
+    each rank's exit and the end of its stderr printed, when a rank failed)."""
     build_extensions()
     result.parent.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs: list[subprocess.Popen] = []
-    try:
-        for r in range(ranks):
-            procs.append(spawn([sys.executable, script, "--rank", str(r), str(ranks), str(port),
-                                str(result), *args], group=procs[0].pid if procs else 0, env=env))
-        codes = [p.wait() for p in procs]
-    finally:  # a failed or interrupted run leaves no rank behind
-        kill_group(procs[0].pid if procs else None, procs)
-    if any(codes):
-        print(f"rank exit {', '.join(exit_text(c) for c in codes)}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="accelkit-bench-") as out:
+        results, errs, codes = spawn_ranks([script, "--rank"], ranks, Path(out), args,
+                                           timeout=TIMEOUT_S)
+    if any(codes) or results[0] is None:
+        for rank, (code, err) in enumerate(zip(codes, errs, strict=True)):
+            print(f"rank {rank}: {exit_text(code)}\n{err[-3000:]}", file=sys.stderr)
         return None
-    return json.loads(result.read_text())
+    result.write_text(json.dumps(results[0]))
+    return results[0]
 
 
 def run_on_hosts(script: str, ranks: int, hosts: int, result: Path, *args: str) -> dict | None:
@@ -52,10 +49,10 @@ def run_on_hosts(script: str, ranks: int, hosts: int, result: Path, *args: str) 
     build_extensions()
     result.parent.mkdir(parents=True, exist_ok=True)
     with Hosts(hosts) as made:
-        port = made.port()
+        env = worker_env({"MASTER_PORT": str(made.port())})
         procs = [made.popen(r * hosts // ranks,
-                            [sys.executable, script, "--rank", str(r), str(ranks), str(port),
-                             str(result), *args, made.address(0), IFNAME], env=worker_env())
+                            [sys.executable, script, "--rank", str(r), str(ranks), str(result),
+                             *args, made.address(0), IFNAME], env=env)
                  for r in range(ranks)]
         codes = [p.wait() for p in procs]
     if any(codes):

@@ -357,8 +357,8 @@ def main_hosts(args, start: float) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
-        rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5],
-                  int(sys.argv[6]), int(sys.argv[7]), sys.argv[8].split(","), int(sys.argv[9]),
-                  *sys.argv[10:12])
+        rank_main(int(sys.argv[2]), int(sys.argv[3]), int(os.environ["MASTER_PORT"]), sys.argv[4],
+                  int(sys.argv[5]), int(sys.argv[6]), sys.argv[7].split(","), int(sys.argv[8]),
+                  *sys.argv[9:11])
     else:
         sys.exit(main())

@@ -375,6 +375,7 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rank":
-        rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], json.loads(sys.argv[6]))
+        rank_main(int(sys.argv[2]), int(sys.argv[3]), int(os.environ["MASTER_PORT"]), sys.argv[4],
+                  json.loads(sys.argv[5]))
     else:
         sys.exit(main())

@@ -35,10 +35,11 @@ def build_extensions() -> None:
         raise RuntimeError(f"building the mock's extensions failed:\n{proc.stderr[-3000:]}")
 
 
-def spawn_ranks(script: str, world_size: int, out_dir: Path, extra_args=(), timeout=TIMEOUT_S,
+def spawn_ranks(script, world_size: int, out_dir: Path, extra_args=(), timeout=TIMEOUT_S,
                 env=None, prefix=None, hosts=None):
-    """Start ``world_size`` processes of ``script`` (``script RANK WORLD OUT [extra_args]``,
-    with ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` set); return (the JSON each
+    """Start ``world_size`` processes of ``script`` (a path, or a path and the arguments that
+    come first: ``script RANK WORLD OUT [extra_args]``, with
+    ``MASTER_ADDR``/``MASTER_PORT``/``RANK``/``WORLD_SIZE`` set); return (the JSON each
     rank wrote to ``OUT``, None where it wrote none; stderr per rank; exit codes). ``prefix(rank)``
     may prepend a command (e.g. unshare); ``hosts``, the host each rank runs as (:func:`as_host`),
     is that prefix for ranks on several hosts of this machine. Past ``timeout`` every rank is killed and its stderr
@@ -51,7 +52,8 @@ def spawn_ranks(script: str, world_size: int, out_dir: Path, extra_args=(), time
         rank_env = {**os.environ, "OMP_NUM_THREADS": "1", "TORCH_DEVICE_BACKEND_AUTOLOAD": "0",
                     "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": str(rank),
                     "LOCAL_RANK": str(rank), "WORLD_SIZE": str(world_size), **(env or {})}
-        cmd = [sys.executable, script, str(rank), str(world_size),
+        cmd = [sys.executable, *([script] if isinstance(script, (str, Path)) else script),
+               str(rank), str(world_size),
                str(out_dir / f"rank{rank}.json"), *extra_args]
         if prefix is not None:
             cmd = prefix(rank) + cmd
