@@ -38,7 +38,8 @@ TOX_TARGET, CI_BUDGET, CI_GOAL = 10, 45, 30
 
 #: `.ci/run`'s stage lines; newer ones also give the load average and the time (UTC) then.
 STAGE = re.compile(r"^== (\S+): (\d+) (min|s) into CI(?:, load ([\d.]+), (.+ UTC))?")
-ENV = re.compile(r"^\s+(\S+): (OK|FAIL code \d+) \(([\d.]+)=setup\[([\d.]+)\]\+cmd\[([\d.]+)\] "
+#: tox's line per environment; ``cmd[...]`` lists each command's seconds, comma-separated.
+ENV = re.compile(r"^\s+(\S+): (OK|FAIL code \d+) \(([\d.]+)=setup\[([\d.]+)\]\+cmd\[([\d.,]+)\] "
                  r"seconds\)")
 COMMAND = re.compile(r"^(\S+): commands\[\d+\]> ")
 SUMMARY = re.compile(r"^=*\s*((?:\d+ \w+(?:, )?)+) in ([\d.]+)s")
@@ -59,7 +60,8 @@ def parse(log: str) -> dict:
             stages.append(stage)
         elif m := ENV.match(line):
             envs.append({"env": m.group(1), "status": m.group(2), "seconds": float(m.group(3)),
-                         "setup_s": float(m.group(4)), "commands_s": float(m.group(5))})
+                         "setup_s": float(m.group(4)),
+                         "commands_s": round(sum(map(float, m.group(5).split(","))), 2)})
         elif m := COMMAND.match(line):
             current = m.group(1)
         elif (m := SUMMARY.match(line)) and current is not None:

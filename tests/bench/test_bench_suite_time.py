@@ -28,7 +28,7 @@ tests: commands[0]> pytest -q --durations=25
   tests: OK (1911.37=setup[40.12]+cmd[1871.25] seconds)
 == conformance: 1915 s into CI
 conformance: commands[0]> accelkit conformance --backend mock
-  conformance: OK (240.0=setup[20.0]+cmd[220.0] seconds)
+  conformance: OK (240.0=setup[20.0]+cmd[200.0,20.0] seconds)
 == releases: 2155 s into CI
 torch214: commands[0]> pytest -q -m torch_version
 40 passed, 990 deselected in 60.00s
@@ -43,6 +43,8 @@ def test_a_log_gives_stages_environments_and_counts():
                                                      "done"]
     assert [(e["env"], e["status"]) for e in parsed["envs"]] == [
         ("lint", "OK"), ("tests", "OK"), ("conformance", "OK"), ("torch214", "FAIL code 1")]
+    # an environment of several commands: tox lists each one's seconds
+    assert parsed["envs"][2]["commands_s"] == 220.0
     assert parsed["pytest"] == [
         {"env": "tests", "counts": {"passed": 1030, "skipped": 2}, "seconds": 1869.17},
         {"env": "torch214", "counts": {"passed": 40, "deselected": 990}, "seconds": 60.0}]

@@ -3,7 +3,7 @@ module is classified where every other one is (tests/test_architecture.py fails 
 missing from it, or on a name that is no module):
 
 - ``slow``: the module takes more than half a minute on two cores (measured with ``pytest
-  --durations=0``: these 15 modules are about 1,300 s of the suite's 1,400); ``pytest -m "not slow"``
+  --durations=0``: these 15 modules are about 1,100 s of the suite's 1,330); ``pytest -m "not slow"``
   is the quick run (the other modules: about 270 s of test time, plus collection);
 - ``multi_process``: it starts rank processes that run collectives (a conformance run, a
   pool, torchrun, mockccl's ranks);
