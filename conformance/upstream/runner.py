@@ -85,13 +85,13 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
                                  if p)
     # The file's temporary files (torch's MultiProcessTestCase puts its FileStore there, which
     # a rank killed mid-test leaves behind) go to a folder of its own, removed when it ends.
-    scratch = tempfile.mkdtemp(prefix="accelkit-upstream-")
+    scratch = tempfile.TemporaryDirectory(prefix="accelkit-upstream-", ignore_cleanup_errors=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", **env_extra, "PYTHONPATH": pythonpath,
-           CONFIG_ENV: str(config_file), "TMPDIR": scratch}
+           CONFIG_ENV: str(config_file), "TMPDIR": scratch.name}
     cmd = [sys.executable, "-m", "pytest", rel, "--rootdir", str(root), "-p", PLUGIN,
            "-p", "no:cacheprovider", "-q", *pytest_args]
     start = time.monotonic()
-    with open(run.log, "w") as log:
+    with scratch, open(run.log, "w") as log:
         log.write(f"$ (cd {root} && {' '.join(cmd)})\n")
         log.flush()
         proc = spawn(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -106,7 +106,6 @@ def run_file(root: Path, rel: str, out_dir: Path, config: dict, pytest_args: lis
         finally:
             with _live_lock:
                 _live.discard(proc)
-            shutil.rmtree(scratch, ignore_errors=True)
     run.duration_s = round(time.monotonic() - start, 3)
     _read_results(run, results, timeout_s)
     return run
