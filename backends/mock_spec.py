@@ -134,6 +134,14 @@ SETTINGS_DEFAULTS = {
 }
 
 
+def _scheduled() -> bool:
+    """Whether the streams run under a seeded schedule (one worker, the highest-priority
+    stream with work first: ``csrc/mock_runtime.h``'s Scheduler), launches not blocking."""
+    on = [os.environ.get(name, "0") not in ("", "0")
+          for name in ("ACCELKIT_MOCK_ASYNC", "ACCELKIT_MOCK_LAUNCH_BLOCKING")]
+    return on == [True, False] and os.environ.get("ACCELKIT_MOCK_SCHEDULE", "") not in ("", "off")
+
+
 def _settings() -> dict[str, str]:
     """Every ``ACCELKIT_MOCK*`` switch in effect (set ones as given, others at their
     default); unknown ones are listed too, so a typo shows in the report."""
@@ -151,7 +159,7 @@ SPEC = BackendSpec(
     settings=_settings,
     expectations=_CSRC.parent / "expectations.toml",
     capabilities=Capabilities(rng="offset-exact", max_world_size=_device_count() or 0, cpu_collectives=True,
-                              inductor=True),
+                              inductor=True, serial_streams=_scheduled()),
 )
 
 

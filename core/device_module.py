@@ -4,8 +4,8 @@ The extension is one built on the accelkit C++ layer (``<accelkit/python.h>``'s
 ``bind_device``): it exposes ``device_count``, ``current_device``, ``set_device``,
 ``check_device``, ``is_initialized``, ``init``, ``synchronize``, ``default_generator``,
 ``memory_stats``, ``reset_peak_memory_stats``, ``reset_accumulated_memory_stats``,
-``mem_get_info``, ``current_stream``, ``set_stream``, ``host_accessible``, ``is_async`` and
-``empty_cache``.
+``mem_get_info``, ``current_stream``, ``set_stream``, ``stream_priority_range``,
+``external_stream``, ``host_accessible``, ``is_async`` and ``empty_cache``.
 :func:`build_device_module` wraps them with the Python API of ``torch.cuda`` that torch's
 distributed stack calls on a device handle (PR 102468; see :class:`accelkit.core.DeviceHandle`
 for each caller): a vendor package calls it instead of writing its own module.
@@ -28,7 +28,7 @@ REQUIRED_BINDINGS: tuple[str, ...] = (
     "device_count", "current_device", "set_device", "check_device", "is_initialized", "init",
     "synchronize", "default_generator", "memory_stats", "reset_peak_memory_stats",
     "reset_accumulated_memory_stats", "mem_get_info", "current_stream", "set_stream",
-    "host_accessible", "is_async", "empty_cache",
+    "stream_priority_range", "external_stream", "host_accessible", "is_async", "empty_cache",
 )
 
 
@@ -273,7 +273,8 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
 
     class Stream(metaclass=_OnDevice):
         """``Stream(device=None, priority=0)``: a torch.Stream on ``device`` (default:
-        current)."""
+        current), from the device's pool of streams at ``priority`` (lower numbers run first;
+        clamped into ``Stream.priority_range()``)."""
 
         _base = torch.Stream
 
@@ -281,6 +282,20 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
             if kwargs:
                 return torch.Stream(priority=priority, **kwargs)
             return torch.Stream(device=torch.device(name, _index(device)), priority=priority)
+
+        @staticmethod
+        def priority_range(device: Any = None) -> tuple[int, int]:
+            """(least, greatest) stream priority of ``device``: the driver's range, lower
+            numbers first (torch.cuda.Stream.priority_range)."""
+            return tuple(ext.stream_priority_range(_index(device)))
+
+    def ExternalStream(stream_ptr: int, device: Any = None) -> torch.Stream:  # noqa: N802
+        """A torch.Stream over a stream the caller created with the device's driver
+        (``stream_ptr``, its handle as an integer; torch.cuda.ExternalStream): work issued on it
+        is queued there. The caller keeps the driver stream alive while it is used."""
+        index = _index(device)
+        return Stream(stream_id=ext.external_stream(int(stream_ptr), index), device_index=index,
+                      device_type=_device_type_id())
 
     class Event(metaclass=_OnDevice):
         """``Event(enable_timing=False, blocking=False, interprocess=False)``: a torch.Event on
@@ -385,16 +400,21 @@ def _namespace(name: str, ext: Any, amp_dtypes: tuple[torch.dtype, ...]) -> dict
         device_of, synchronize, get_rng_state, set_rng_state, get_rng_state_all,
         set_rng_state_all, manual_seed, manual_seed_all, seed, seed_all, initial_seed,
         memory_stats, reset_peak_memory_stats, reset_accumulated_memory_stats,
-        reset_max_memory_allocated, mem_get_info, empty_cache, Stream, Event, current_stream,
+        reset_max_memory_allocated, mem_get_info, empty_cache, Stream, ExternalStream, Event,
+        current_stream,
         default_stream, set_stream, StreamContext, stream, get_amp_supported_dtype,
         is_bf16_supported, host_accessible, is_async, get_device_name,
     )
     # The private names torch reads on a device module (torch.cuda's): _lazy_init before the
     # first tensor, _is_in_bad_fork from DataLoader workers, _initialized through __getattr__,
-    # _is_compiled; and accelkit's _runtime_copy, where the extension has it.
+    # _is_compiled; and accelkit's _runtime_copy, where the extension has it, and the
+    # extension's _Hold (a wait in stream order the host releases, which ops.async_launch holds
+    # the current stream with), where it has one.
     private = (_lazy_init, _is_in_bad_fork, __getattr__, _is_compiled,
                *((_runtime_copy,) if hasattr(ext, "runtime_copy") else ()))
     names = {f.__name__: f for f in (*public, *private)}
+    if hasattr(ext, "_Hold"):
+        names["_Hold"] = ext._Hold
     names.update(
         memory_allocated=_stat("allocated_bytes.all.current"),
         max_memory_allocated=_stat("allocated_bytes.all.peak"),

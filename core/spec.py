@@ -22,6 +22,8 @@ REQUIREMENTS: dict[str, str] = {
     "cpu-collectives": "CPU tensors work on the default process group beside device tensors",
     "inductor": "torch.compile's default backend (Inductor) generates code for the device",
     "p2p-tags": "point-to-point messages match by tag: a recv takes the send with its tag",
+    "serial-streams": ("the device runs one stream's work at a time, the highest-priority stream "
+                       "with work first: stream priority shows as order"),
 }
 
 
@@ -36,6 +38,11 @@ class Capabilities:
     ``cpu_collectives``: CPU tensors ride along on the default group (through gloo).
     ``inductor``: the device has an Inductor backend, so ``torch.compile(fn)`` with the default
     backend compiles for it (accelkit.core.compiler); without one only ``aot_eager`` does.
+    ``p2p_tags``: send/recv match messages by tag.
+    ``serial_streams``: the device runs one stream's task at a time, choosing among the streams
+    with work the one of highest priority (the mock's seeded schedule, a single-queue device):
+    there a check can see that stream priorities are honoured, which on a device that runs
+    streams concurrently is a scheduling preference no order proves.
     """
 
     rng: RNGClass = "unsupported"
@@ -43,6 +50,7 @@ class Capabilities:
     cpu_collectives: bool = True
     inductor: bool = False
     p2p_tags: bool = True
+    serial_streams: bool = False
 
     def __post_init__(self) -> None:
         if self.rng not in RNG_CLASSES:
@@ -68,6 +76,10 @@ class Capabilities:
             if req == "p2p-tags" and not self.p2p_tags:
                 return ("backend declares p2p_tags=False: its collective library ignores the tag "
                         "of send/recv and matches messages in order")
+            if req == "serial-streams" and not self.serial_streams:
+                return ("backend declares serial_streams=False: its streams run concurrently, "
+                        "where priority is a preference no order proves (the mock declares it "
+                        "under a seeded schedule, ACCELKIT_MOCK_ASYNC=1 ACCELKIT_MOCK_SCHEDULE=1)")
         return None
 
 

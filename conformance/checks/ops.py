@@ -18,7 +18,7 @@ the CPU is the reference.
 from __future__ import annotations
 
 from accelkit.conformance.api import Defaults, check
-from accelkit.conformance.checks import _op_paths, _opinfo
+from accelkit.conformance.checks import _launches, _op_paths, _opinfo
 from accelkit.conformance.checks._util import ALSO_AT
 from accelkit.conformance.engine.execute import device_handle, synchronize
 
@@ -108,3 +108,30 @@ def registry(ctx):
     gaps = sum(row["status"] != "skip" for row in rows)
     return (f"{len(rows)} aten ops without a path on the device: {len(rows) - gaps} in documented "
             f"families, {gaps} not")
+
+
+@check(timeout=900)
+def async_launch(ctx):
+    """Every op is a launch: each OpInfo op of torch.testing's ``op_db``, per dtype, called while
+    the current stream is held (the device module's ``_Hold``), returns before the stream is
+    released, as a CUDA kernel launch does (DDP's and FSDP's overlap of computation with
+    communication needs it); the ops that block (those that must read values on the host, and
+    those accelkit's fallback runs at the call) are listed with their reason in
+    ``blocking_ops.toml`` (:mod:`accelkit.conformance.checks._launches`). The ranks split the
+    ops. SKIP on a synchronous device, or one whose module has no ``_Hold``."""
+    if ctx.device_type == "cpu":
+        ctx.skip("the cpu backend runs every op on the host: there is no stream to hold")
+    handle = device_handle(ctx.device_type)
+    is_async = getattr(handle, "is_async", None)
+    if is_async is not None and not is_async():
+        ctx.skip(f"{ctx.device_type} is synchronous (torch.{ctx.device_type}.is_async() is False): "
+                 "every op is done when it returns; run it on the device's asynchronous mode "
+                 "(the mock: ACCELKIT_MOCK_ASYNC=1)")
+    hold = getattr(handle, "_Hold", None)
+    if hold is None:
+        ctx.skip(f"torch.{ctx.device_type} has no _Hold (a wait in stream order the host "
+                 "releases; accelkit's device modules have it)")
+    rows = _launches.rows(ctx.device, ctx.rank, ctx.world_size, hold, lambda: synchronize(handle))
+    ctx.rows.extend(rows)
+    held = sum(row["status"] == "pass" for row in rows)
+    return f"{held} of {len(rows)} op x dtype rows launched with the stream held on rank {ctx.rank}"

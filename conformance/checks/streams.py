@@ -77,7 +77,7 @@ def _ends(t: torch.Tensor) -> torch.Tensor:
 @check(covers=("torch.<device>.Stream", "torch.<device>.Event", "torch.<device>.current_stream",
        "torch.<device>.stream", "torch.<device>.synchronize", "guard.getNewStream", "guard.block",
        "guard.queryEvent", "guard.synchronizeEvent", "guard.queryStream", "Runtime::synchronize",
-       "Runtime::stream_query", "Runtime::launch"))
+       "Runtime::stream_query", "Runtime::launch", "Runtime::event_synchronize"))
 def device_handle_streams(ctx):
     """The device module's stream and event members as FSDP2 and DCP call them: Stream(priority)
     on the current device, current_stream() inside and outside `with stream(s):`,
@@ -132,7 +132,7 @@ def collective_ordering(ctx):
 
 
 @check(covers=("torch.<device>.Stream", "torch.<device>.stream", "torch.<device>.current_stream",
-       "guard.block", "Runtime::stream_wait", "Runtime::launch"))
+       "guard.block", "Runtime::stream_wait_event", "Runtime::launch"))
 def side_stream_events(ctx):
     """Work on a side stream joined with events: the side stream waits for the producer
     (wait_stream), the current stream waits for the side stream's result (Event.record on the
@@ -250,7 +250,8 @@ def memory_statistics(ctx):
     assert handle.memory_stats()["num_ooms"] == ooms + 1, "num_ooms did not count the refusal"
 
 
-@check(covers=("guard.queryStream", "guard.queryEvent", "Runtime::stream_query"))
+@check(covers=("guard.queryStream", "guard.queryEvent", "Runtime::stream_query",
+               "Runtime::event_query"))
 def stream_query(ctx):
     """Stream.query() and Event.query() tell queued work from finished work: right after a
     queue of kernels is issued, the stream's query() is False and an event recorded behind them
@@ -444,3 +445,98 @@ def event_timing(ctx):
     assert whole >= host_ms / 20, (
         f"elapsed_time {whole:.3f} ms for work the host waited {host_ms:.3f} ms for: under a "
         "twentieth of it (elapsed_time must be in milliseconds of device time)")
+
+
+#: The queued work event_timestamps records events around (ms).
+QUEUED_MS = 200
+
+
+def _chains_for(ctx, ones: torch.Tensor, ms: float) -> int:
+    """How many CHAIN-kernel chains on BIG elements take at least ``ms`` on the device, from
+    one chain timed on the host (at least one)."""
+    handle = _handle(ctx)
+    handle.synchronize()
+    started = time.perf_counter()
+    _queue(ctx, ones, 1)
+    handle.synchronize()
+    one = max((time.perf_counter() - started) * 1000, 1e-3)
+    return max(1, int(ms / one) + 1)
+
+
+@check(covers=("torch.<device>.Event", "guard.elapsedTime", "Runtime::event_create",
+               "Runtime::event_record", "Runtime::event_elapsed_ms"))
+def event_timestamps(ctx):
+    """An event's timestamp is taken when its stream reaches the record, not when the host
+    issues it: with QUEUED_MS (200 ms) of work queued between two timing events the interval is
+    at least a quarter of the time the host waited for it however fast the host returned from
+    queueing it, and two events
+    recorded back to back behind that much queued work are less than a quarter of it apart
+    (torch.Event.elapsed_time, as cudaEventElapsedTime's device timestamps; a driver that
+    stamps events at issue measures the host's calls instead)."""
+    ones = torch.ones(BIG, device=ctx.device)
+    chains = _chains_for(ctx, ones, QUEUED_MS)
+    start, end = (torch.Event(ctx.device, enable_timing=True) for _ in range(2))
+    started = time.perf_counter()
+    start.record()
+    _queue(ctx, ones, chains)
+    end.record()
+    end.synchronize()
+    host_ms = (time.perf_counter() - started) * 1000
+    across = start.elapsed_time(end)
+    assert across >= host_ms / 4, (
+        f"elapsed_time across {chains * CHAIN} queued kernels is {across:.1f} ms, but the host "
+        f"waited {host_ms:.1f} ms for them: under a quarter (timestamps taken when record() was "
+        "called, not when the stream reached it?)")
+    behind, after = (torch.Event(ctx.device, enable_timing=True) for _ in range(2))
+    _queue(ctx, ones, chains)
+    behind.record()
+    after.record()
+    after.synchronize()
+    apart = behind.elapsed_time(after)
+    assert 0 <= apart < host_ms / 4, (
+        f"two events recorded back to back behind {chains * CHAIN} queued kernels are "
+        f"{apart:.1f} ms apart, with the queue taking {host_ms:.1f} ms: expected under a quarter "
+        "of it")
+
+
+#: Kernels the high-priority stream runs in stream_priority, and the low-priority one.
+HIGH_KERNELS, LOW_KERNELS = 32, 2
+
+
+@check(requires=("accelerator", "serial-streams"),
+       covers=("torch.<device>.Stream", "guard.getNewStream", "Runtime::stream_create",
+               "Runtime::stream_priority_range"))
+def stream_priority(ctx):
+    """A high-priority stream's work runs before a low-priority stream's that became ready at
+    the same time: both streams wait for an event behind a queue of work on the current stream,
+    then the low-priority one (Stream(priority=least)) queues LOW_KERNELS copies of a counter
+    and the high-priority one (Stream(priority=greatest)) HIGH_KERNELS increments of it; on a
+    device that runs one stream's work at a time, highest priority first, every copy sees all
+    the increments (torch.cuda.Stream(priority=...), cudaStreamCreateWithPriority; FSDP2 and
+    pipelining put communication on high-priority streams). SKIP on a device with one priority
+    (Stream.priority_range()), or whose streams run concurrently."""
+    handle = _handle(ctx)
+    least, greatest = handle.Stream.priority_range()
+    if least == greatest:
+        ctx.skip(f"torch.{ctx.device_type}.Stream.priority_range() is {(least, greatest)}: "
+                 "the device has one stream priority")
+    ones = torch.ones(BIG, device=ctx.device)
+    counter = torch.zeros(1024, device=ctx.device)
+    low, high = handle.Stream(priority=least), handle.Stream(priority=greatest)
+    handle.synchronize()
+    _queue(ctx, ones, 4)
+    gate = torch.Event(ctx.device)
+    gate.record()
+    low.wait_event(gate)
+    high.wait_event(gate)
+    with handle.stream(low):
+        seen = [counter.clone() for _ in range(LOW_KERNELS)]
+    with handle.stream(high):
+        for _ in range(HIGH_KERNELS):
+            counter.add_(1)
+    handle.synchronize()
+    values = [float(t[0]) for t in seen]
+    assert values == [float(HIGH_KERNELS)] * LOW_KERNELS, (
+        f"the low-priority stream's copies of the counter saw {values} of the high-priority "
+        f"stream's {HIGH_KERNELS} increments, queued after them and ready at the same time: "
+        f"the priority {greatest} stream's work did not run first (priority ignored?)")

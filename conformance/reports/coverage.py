@@ -103,10 +103,20 @@ RUNTIME: dict[str, str] = {
                                                     "(asynchronous modes)",
     "Runtime::synchronize": "torch.<device>.synchronize, torch.accelerator.synchronize",
     "Runtime::launch": "every op, event record and collective on a stream (asynchronous modes)",
-    "Runtime::stream_wait": "Stream.wait_event / wait_stream, Work.wait on a stream "
-                            "(asynchronous modes)",
+    "Runtime::stream_wait": "Work.wait on a stream, the default events' waits (asynchronous "
+                            "modes)",
     "Runtime::stream_synchronize": "Stream.synchronize, copies to pageable host memory",
     "Runtime::stream_query": "Stream.query",
+    "Runtime::stream_priority_range": "torch.<device>.Stream.priority_range, the priorities of "
+                                      "the layer's stream pool",
+    "Runtime::stream_create": "the layer's stream pool: torch.<device>.Stream(priority=...), "
+                              "torch.Stream(device=...)",
+    "Runtime::event_create": "torch.Event / torch.<device>.Event at their first record",
+    "Runtime::event_record": "Event.record(stream), the allocator's frees on other streams",
+    "Runtime::stream_wait_event": "Stream.wait_event / wait_stream",
+    "Runtime::event_query": "Event.query",
+    "Runtime::event_synchronize": "Event.synchronize",
+    "Runtime::event_elapsed_ms": "Event.elapsed_time",
 }
 
 #: The collective transport (accelkit::c10d::Transport, core/include/accelkit/c10d/
@@ -189,6 +199,9 @@ UNOBSERVED: dict[str, str] = {
                       "behaviour of its own",
     "Runtime::host_accessible": "the device's mode, as async",
     "Runtime::capacity_hint": "text added to out-of-memory messages",
+    "Runtime::stream_destroy": "the layer never destroys its pool's streams (as CUDA's); a "
+                               "stream given to ExternalStream is its creator's to destroy",
+    "Runtime::event_destroy": "frees an event torch no longer holds",
     "Runtime::device_count_hint": "text added to invalid-device messages",
     "Transport::rank": "the group's coordinates, read by the glue when the group is made",
     "Transport::size": "as rank",

@@ -48,6 +48,9 @@ CATCHERS: dict[str, tuple[str, ...]] = {
     "peer_copy_dropped": ("registration.runtime_copies", "registration.device_copies"),
     "stream_query_always_done": ("streams.stream_query",),
     "event_records_on_current_stream": ("streams.event_record_stream",),
+    "elapsed_time_host_clock": ("streams.event_timestamps",),
+    "stream_priority_ignored": ("streams.stream_priority",),
+    "fallback_waits": ("ops.async_launch",),
     "wait_event_unordered": ("streams.side_stream_events",),
 }
 
@@ -57,7 +60,8 @@ WORLD_SIZE = 2
 #: the asynchronous mutants they catch pass the other modes unseen, as the fault test expects.
 SYNCHRONOUS_SKIPS = {"streams.record_stream", "streams.collective_ordering",
                      "streams.stream_query", "streams.event_record_stream",
-                     "streams.side_stream_events"}
+                     "streams.side_stream_events", "streams.stream_priority",
+                     "ops.async_launch"}
 
 
 def test_every_mutant_has_catchers_and_the_build_lists_the_same_faults():
@@ -118,8 +122,9 @@ def test_ordering_mutants_are_caught_under_a_seeded_schedule(tmp_path):
     """With the streams interleaved from a seed (``ACCELKIT_MOCK_SCHEDULE``: one worker, an
     order drawn from the seed) the asynchronous mutants (a missing stream wait, record_stream
     or producers' event) are still caught, and the control passes: the scheduler's order is
-    one the catalogue's ordering checks see through."""
-    faults = [f for f, m in mutant_faults.MUTANTS.items() if "async" in m]
+    one the catalogue's ordering checks see through; so are the mutants only a schedule that
+    runs one stream at a time shows (stream priority ignored)."""
+    faults = [f for f, m in mutant_faults.MUTANTS.items() if "async" in m or "scheduled" in m]
     used = tuple(dict.fromkeys(cid for f in faults for cid in CATCHERS[f]))
     plan = [*((f, CATCHERS[f]) for f in faults), (mutant_faults.CONTROL, used)]
     outcomes = mutant_faults.run("async", plan, WORLD_SIZE, tmp_path,

@@ -320,6 +320,39 @@ def test_streams_and_events():
     torch.accelerator.synchronize()
 
 
+def test_stream_pool_priorities_and_external_streams():
+    """Streams come from a pool of driver streams per priority level (as torch.cuda's): the
+    mock's range is (0, -3); a priority outside it is clamped; 32 streams of one priority are
+    handed out round-robin, so the 33rd is the first again; an ExternalStream queues work on a
+    stream the driver made; a stream id the layer never handed out is refused, naming it."""
+    from accelkit.backends.mock import _C
+
+    assert torch.mock.Stream.priority_range() == (0, -3)
+    ids = {p: torch.mock.Stream(priority=p).stream_id for p in (0, -1, -2, -3, -9, 5)}
+    assert len({ids[0], ids[-1], ids[-2], ids[-3]}) == 4
+    assert ids[-9] // 32 == ids[-3] // 32 and ids[5] // 32 == ids[0] // 32  # clamped levels
+    ring = [torch.mock.Stream(priority=-1) for _ in range(33)]
+    assert ring[32] == ring[0] and len({s.stream_id for s in ring}) == 32
+    handle = _C._create_stream(-2)
+    try:
+        external = torch.mock.ExternalStream(handle)
+        assert external == torch.mock.ExternalStream(handle)  # one id per driver stream
+        assert external.stream_id not in {s.stream_id for s in ring}
+        with torch.mock.stream(external):
+            _C._sleep(200)
+            assert external.query() is (not torch.mock.is_async())
+        assert torch.mock.current_stream().query()  # the work went to the external stream
+        external.synchronize()
+        assert external.query()
+    finally:
+        _C._destroy_stream(handle)
+    with pytest.raises(RuntimeError, match=r"a stream the driver created, not null"):
+        torch.mock.ExternalStream(0)
+    with pytest.raises(RuntimeError, match=r"stream id 12345 is not a stream of mock:0"):
+        torch.mock.set_stream(torch.Stream(stream_id=12345, device_index=0,
+                                           device_type=torch.mock.current_stream().device_type))
+
+
 def test_work_is_queued_on_streams():
     """Asynchronous mock: a call returns before its kernel ran (the stream is busy), work on
     a stream runs in order, another stream sees it only after waiting on an event, and
@@ -346,9 +379,10 @@ def test_work_is_queued_on_streams():
 
 def test_streams_hold_no_thread_while_they_wait():
     """Asynchronous mock: streams run on a fixed set of worker threads (a stream costs a
-    queue, not a thread), and a stream waiting on an event holds none of them: with 32
+    queue, not a thread), and a stream waiting on an event holds none of them: with 31
     streams waiting for an event behind a busy default stream, another stream's work still
-    runs, and every waiting stream finishes once the event completes."""
+    runs, and every waiting stream finishes once the event completes (32 pool streams in all:
+    a 33rd would be the first again, as torch.cuda.Stream() hands them out)."""
     from accelkit.backends.mock import _C
 
     if not torch.mock.is_async():
@@ -361,7 +395,7 @@ def test_streams_hold_no_thread_while_they_wait():
     gate = torch.mock.Event()
     gate.record()
     outs = []
-    for _ in range(32):
+    for _ in range(31):
         waiting = torch.mock.Stream()
         with torch.mock.stream(waiting):
             waiting.wait_event(gate)
@@ -373,7 +407,7 @@ def test_streams_hold_no_thread_while_they_wait():
     assert not gate.query(), "a stream ran only after the waiting streams were resumed"
     torch.mock.synchronize()
     assert all(o.sum().item() == 2048 for o in outs) and y.sum().item() == 2048
-    assert threads() - before <= 8, f"{threads() - before} threads for 34 streams"
+    assert threads() - before <= 8, f"{threads() - before} threads for 33 streams"
 
 
 def test_record_stream_keeps_memory_from_reuse():

@@ -41,6 +41,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "catalogue/test_conformance_world_sizes.py": (MULTI,),
     "catalogue/test_coverage.py": (),
     "catalogue/test_mutants.py": (SLOW, MULTI, CPP),
+    "catalogue/test_async_launch.py": (),
     "catalogue/test_ops_area.py": (),
     "catalogue/test_ops_area_expectations.py": (),
     "catalogue/test_training_area.py": (MULTI,),

@@ -82,6 +82,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     runtime->launch(device, accelkit::current_stream(device), "_sleep",
                     [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); });
   });
+  // A stream made with the driver itself (cudaStreamCreateWithPriority), as an integer handle
+  // for torch.mock.ExternalStream; _destroy_stream runs its queued work, then frees it.
+  m.def("_create_stream", [](int64_t priority) {
+    return reinterpret_cast<uintptr_t>(
+        runtime->stream_create(accelkit::current_device(), static_cast<int>(priority)));
+  });
+  m.def("_destroy_stream", [](uintptr_t stream) {
+    runtime->stream_destroy(accelkit::current_device(), reinterpret_cast<void*>(stream));
+  }, pybind11::call_guard<pybind11::gil_scoped_release>());
   pybind11::class_<Hold>(m, "_Hold")
       .def(pybind11::init<>())
       .def("wait",

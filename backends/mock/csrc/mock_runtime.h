@@ -98,11 +98,16 @@ inline bool parse_bytes(const std::string& text, size_t& out) {
 // wait resumes it. Workers are woken only when someone
 // sleeps: a launch costs a lock and a push while a worker is busy.
 //
+// Streams have priorities (Runtime::stream_create; lower runs first): a worker takes the next
+// task from a stream of the highest priority that has work, as a device's hardware scheduler
+// dispatches pending work of higher-priority streams first.
+//
 // With a seed (ACCELKIT_MOCK_SCHEDULE=<seed>) one worker runs everything, choosing the next
 // stream among those with work from a generator seeded with it and holding some tasks back a
 // little (a slow kernel), so the device's interleaving of the streams, and its timing against
 // the host, are drawn from the seed: an ordering bug (a missing stream wait, event or
-// record_stream) shows under some seeds and comes back with the same seed. Each choice waits
+// record_stream) shows under some seeds and comes back with the same seed (among the streams of
+// the highest priority with work: one stream at a time, priority is order). Each choice waits
 // until the host has launched nothing (nor released a wait) for 1 ms, so the streams that have
 // work at a choice are what the program launched before it waited or computed, not how fast
 // the worker woke, and the seed picks among them in stream order; a
@@ -110,7 +115,7 @@ inline bool parse_bytes(const std::string& text, size_t& out) {
 // once) can still change them.
 class Scheduler {
  public:
-  using Key = std::pair<int, int64_t>;  // (device, stream)
+  using Key = std::pair<int, uint64_t>;  // (device, stream's serial number; 0: default stream)
   using Resume = std::function<void()>;
 
   Scheduler(int workers, std::optional<uint64_t> seed) : seed_(seed) {
@@ -122,13 +127,15 @@ class Scheduler {
 
   std::optional<uint64_t> seed() const { return seed_; }
 
-  // Queue `task` on a stream.
-  void push(Key key, std::function<void()> task) { enqueue(key, Entry{std::move(task), {}}); }
+  // Queue `task` on a stream of `priority` (lower runs first).
+  void push(Key key, int priority, std::function<void()> task) {
+    enqueue(key, priority, Entry{std::move(task), {}});
+  }
 
   // Queue a wait: when the stream reaches it, `when_ready(resume)` runs on a worker and the
   // stream runs nothing more until `resume` is called (at once, or later from any thread).
-  void push_wait(Key key, std::function<void(Resume)> when_ready) {
-    enqueue(key, Entry{{}, std::move(when_ready)});
+  void push_wait(Key key, int priority, std::function<void(Resume)> when_ready) {
+    enqueue(key, priority, Entry{{}, std::move(when_ready)});
   }
 
   // Until the stream has run everything pushed on it (parked waits included). A waiting thread
@@ -153,6 +160,7 @@ class Scheduler {
   };
   struct Stream {
     Key key;
+    int priority = 0;
     std::deque<Entry> tasks;
     bool running = false;   // a worker holds its head task
     bool parked = false;    // at a wait not resumed yet
@@ -160,12 +168,13 @@ class Scheduler {
     bool idle() const { return tasks.empty() && !running && !parked; }
   };
 
-  void enqueue(Key key, Entry entry) {
+  void enqueue(Key key, int priority, Entry entry) {
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       Stream& stream = streams_[key];
       stream.key = key;
+      stream.priority = priority;
       stream.tasks.push_back(std::move(entry));
       if (seed_) last_push_ = std::chrono::steady_clock::now();
       wake = make_runnable(stream) && must_wake();
@@ -244,7 +253,12 @@ class Scheduler {
           --sleeping_;
         }
       }
+      // Only the streams of the highest priority with work are candidates, as a device's
+      // hardware scheduler dispatches pending work from higher-priority streams first.
+      int best = runnable_.front()->priority;
+      for (const Stream* candidate : runnable_) best = std::min(best, candidate->priority);
       size_t pick = 0;
+      while (runnable_[pick]->priority != best) ++pick;
       std::chrono::microseconds held{0};
       if (seed_) {
         // Choose once the host has stopped launching: the streams with work are then the
@@ -256,13 +270,17 @@ class Scheduler {
           std::this_thread::sleep_for(kQuiet - quiet);
           lock.lock();
         }
+        best = runnable_.front()->priority;
+        for (const Stream* candidate : runnable_) best = std::min(best, candidate->priority);
         // The k-th stream in (device, stream) order: the order in which streams got work is
         // the host's timing, not the program's.
-        std::vector<size_t> order(runnable_.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::vector<size_t> order;
+        for (size_t i = 0; i < runnable_.size(); ++i) {
+          if (runnable_[i]->priority == best) order.push_back(i);
+        }
         std::sort(order.begin(), order.end(),
                   [this](size_t a, size_t b) { return runnable_[a]->key < runnable_[b]->key; });
-        pick = order[static_cast<size_t>(random_() % runnable_.size())];
+        pick = order[static_cast<size_t>(random_() % order.size())];
         // A slow kernel now and then: the host runs ahead before the task's work is visible.
         if (random_() % 4 == 0) held = std::chrono::microseconds(random_() % 200);
       }
@@ -451,13 +469,32 @@ class MockRuntime final : public accelkit::Runtime {
   // ACCELKIT_MOCK_LAUNCH_BLOCKING=1: every launch waits for its stream on the host.
   bool launch_blocking() const noexcept { return launch_blocking_; }
 
+  // CUDA: cudaDeviceGetStreamPriorityRange: four priorities, 0 (the lowest) to -3.
+  std::pair<int, int> stream_priority_range(int /*device*/) override { return {0, -3}; }
+
+  // CUDA: cudaStreamCreateWithPriority. A stream is its queue's name in the scheduler and its
+  // priority; the null stream is each device's default stream, at the lowest priority.
+  accelkit::DriverStream stream_create(int device, int priority) override {
+    std::lock_guard<std::mutex> lock(streams_mutex_);
+    return new MockStream{device, priority, ++serials_};
+  }
+
+  // CUDA: cudaStreamDestroy: the work queued on it still runs, then it is gone.
+  void stream_destroy(int /*device*/, accelkit::DriverStream stream) noexcept override {
+    auto* s = static_cast<MockStream*>(stream);
+    if (scheduler_) scheduler_->drain(key(s->device, stream));
+    delete s;
+  }
+
   // CUDA: cudaLaunchHostFunc. Synchronous mode runs `fn` now.
-  void launch(int device, int64_t stream, const char* what, std::function<void()> fn) override {
+  void launch(int device, accelkit::DriverStream stream, const char* what,
+              std::function<void()> fn) override {
     if (!async_) {
       fn();
       return;
     }
-    scheduler_->push({device, stream}, [this, device, what = std::string(what), fn = std::move(fn)] {
+    scheduler_->push(key(device, stream), priority(stream),
+                     [this, device, what = std::string(what), fn = std::move(fn)] {
       if (has_error(device)) return;  // a failed device runs no more work (CUDA's sticky error)
       try {
         fn();
@@ -469,14 +506,14 @@ class MockRuntime final : public accelkit::Runtime {
   }
 
   // CUDA: cudaStreamWaitEvent. The stream is parked, holding no worker, until resumed.
-  void stream_wait(int device, int64_t stream, const char* what,
+  void stream_wait(int device, accelkit::DriverStream stream, const char* what,
                    std::function<void(Resume)> when_ready) override {
     if (!async_) {
       Runtime::stream_wait(device, stream, what, std::move(when_ready));
       return;
     }
     scheduler_->push_wait(
-        {device, stream},
+        key(device, stream), priority(stream),
         [this, device, what = std::string(what),
          when_ready = std::move(when_ready)](Scheduler::Resume resume) {
           if (has_error(device)) return resume();  // a failed device waits for nothing
@@ -497,7 +534,7 @@ class MockRuntime final : public accelkit::Runtime {
 
   // CUDA: cudaMemcpyAsync. Pageable host sources are staged now, so the caller may reuse them.
   void copy_async(void* dst, int dst_device, const void* src, int src_device, size_t nbytes,
-                  int device, int64_t stream) override {
+                  int device, accelkit::DriverStream stream) override {
     if (!async_ || nbytes == 0) {
       copy(dst, dst_device, src, src_device, nbytes);
       return;
@@ -515,14 +552,14 @@ class MockRuntime final : public accelkit::Runtime {
   }
 
   // CUDA: cudaStreamQuery.
-  bool stream_query(int device, int64_t stream) override {
-    return !async_ || scheduler_->idle({device, stream});
+  bool stream_query(int device, accelkit::DriverStream stream) override {
+    return !async_ || scheduler_->idle(key(device, stream));
   }
 
   // CUDA: cudaStreamSynchronize.
-  void stream_synchronize(int device, int64_t stream) override {
+  void stream_synchronize(int device, accelkit::DriverStream stream) override {
     if (!async_) return;
-    scheduler_->drain({device, stream});
+    scheduler_->drain(key(device, stream));
     raise_pending(device);
   }
 
@@ -535,6 +572,20 @@ class MockRuntime final : public accelkit::Runtime {
   }
 
  private:
+  // What a DriverStream of this runtime points to.
+  struct MockStream {
+    int device;
+    int priority;
+    uint64_t serial;  // the scheduler's name for its queue (0: the default stream)
+  };
+
+  static Scheduler::Key key(int device, accelkit::DriverStream stream) {
+    return {device, stream == nullptr ? 0 : static_cast<const MockStream*>(stream)->serial};
+  }
+  static int priority(accelkit::DriverStream stream) {
+    return stream == nullptr ? 0 : static_cast<const MockStream*>(stream)->priority;
+  }
+
   static bool flag(const char* name, bool fallback) {
     const char* env = std::getenv(name);
     return env == nullptr || *env == '\0' ? fallback : std::strcmp(env, "0") != 0;
@@ -586,6 +637,8 @@ class MockRuntime final : public accelkit::Runtime {
   std::unique_ptr<Scheduler> scheduler_;  // asynchronous mode only
   std::mutex error_mutex_;
   std::map<int, std::string> errors_;
+  std::mutex streams_mutex_;
+  uint64_t serials_ = 0;  // streams created
 };
 
 }  // namespace accelkit_mock

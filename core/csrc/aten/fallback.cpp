@@ -22,11 +22,12 @@
 //    CPU kernel over host views of device memory (zero copy) or over host images it copies in
 //    and out with the runtime's plain copy (discrete memory: the task runs in stream order, so
 //    the bytes are there), and writes each fresh result into its preallocated output. A CPU
-//    kernel's error is the stream's asynchronous error. In-place ops and out= arguments the op
-//    does not resize queue the same way; random ops draw from the generator state taken at
-//    the call. Ops whose result the host needs at once (non-tensor returns), whose output
-//    shapes depend on values (no meta kernel, or one that refuses), that return views of
-//    their arguments, resize an out= argument or create tensors (a device argument) run as in
+//    kernel's error is the stream's asynchronous error. In-place ops and out= arguments queue
+//    the same way (an out= argument the op resizes is resized on the host first, to the meta
+//    kernel's sizes and strides, as CUDA's structured kernels do); random ops draw from the
+//    generator state taken at the call. Ops whose result the host needs at once (non-tensor
+//    returns), whose output shapes depend on values (no meta kernel, or one that refuses),
+//    that return views of their arguments or create tensors (a device argument) run as in
 //    3., after the work queued on the current stream (zero copy: a stream synchronization;
 //    copies: the downloads wait).
 #include <accelkit/fallback.h>
@@ -35,6 +36,7 @@
 #include <accelkit/philox.h>
 
 #include "runtime/registry.h"
+#include "testing/faults.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -397,8 +399,23 @@ bool plan_outputs(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
   }
   if (meta.size() != rets.size()) return false;
   for (const auto& [dev, m] : written) {
-    if (dev.defined() && (dev.sizes() != m.sizes() || dev.strides() != m.strides())) {
-      return false;  // an out= argument the op resizes
+    if (dev.defined() && (dev.dtype() != m.dtype() || !is_device(dev) ||
+                          (m.layout() != at::kStrided || m.is_nested()))) {
+      return false;  // not a device tensor the task can write as the meta kernel says
+    }
+  }
+  // An out= argument the op resizes is resized here, on the host, ahead of the launch, to the
+  // sizes and strides the meta kernel gave it (as CUDA's structured kernels resize outputs in
+  // set_output before launching; the meta kernel's own resize_output already warned about a
+  // non-empty one, as the CPU kernel's call would), the device's resize keeping the old bytes
+  // in stream order.
+  for (const auto& [dev, m] : written) {
+    if (!dev.defined() || (dev.sizes() == m.sizes() && dev.strides() == m.strides())) continue;
+    at::Tensor out = dev;
+    if (out.sizes() != m.sizes()) out.resize_(m.sizes());
+    if (out.strides() != m.strides()) {
+      out.resize_(at::IntArrayRef{static_cast<int64_t>(m.storage().nbytes() / m.itemsize())});
+      out.as_strided_(m.sizes(), m.strides(), 0);
     }
   }
   const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
@@ -584,6 +601,30 @@ int detail::aliased_argument(const c10::FunctionSchema& schema, const c10::Argum
   return -1;
 }
 
+// Whether any argument is a device tensor.
+bool has_device_tensor(const torch::jit::Stack& stack, size_t first) {
+  bool any = false;
+  for (size_t i = first; i < stack.size(); ++i) {
+    for_each_tensor(stack[i], [&](const at::Tensor& t) { any = any || is_device(t); });
+  }
+  return any;
+}
+
+// A view op: every return aliases an argument without writing it, and no argument is
+// written. Its CPU kernel computes metadata only, never reading the memory.
+bool is_view(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& a : schema.arguments()) {
+    if (a.alias_info() != nullptr && a.alias_info()->isWrite()) return false;
+  }
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info() == nullptr || r.alias_info()->isWrite() ||
+        detail::aliased_argument(schema, r) < 0) {
+      return false;
+    }
+  }
+  return !schema.returns().empty();
+}
+
 void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const auto& args = schema.arguments();
@@ -608,16 +649,25 @@ void fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   if (device == -1) device = current_device();
   GeneratorSwap swap;
   swap_generators(schema, *stack, first, device, swap);
-  if (runtime().async() && !factory && launch_async(op, stack, first, device)) {
+  bool launch = runtime().async() && !factory;
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("fallback_waits")) launch = false;
+#endif
+  if (launch && launch_async(op, stack, first, device)) {
     advance(swap, *stack, stack->size() - schema.returns().size(), schema.returns().size());
     return;
   }
 
   Context ctx;
-  ctx.zero_copy = runtime().host_accessible();
+  // A view computes metadata only: over the device memory itself on any runtime (on discrete
+  // memory the CPU kernel gets the device pointer, which it never dereferences).
+  const bool view = is_view(schema);
+  ctx.zero_copy = runtime().host_accessible() || view;
   // The CPU kernel runs now, on the host: on an asynchronous device, after the work queued on
-  // the current stream (the copying path's downloads wait for it themselves).
-  if (ctx.zero_copy && runtime().async()) {
+  // the current stream (the copying path's downloads wait for it themselves), unless it reads
+  // no device memory: a factory without device tensors, or a view (its result is metadata
+  // over the argument's memory, which the queued work may still be writing, as on CUDA).
+  if (ctx.zero_copy && runtime().async() && !view && has_device_tensor(*stack, first)) {
     runtime().stream_synchronize(device, current_stream(device));
   }
   for (size_t i = 0; i < nargs; ++i) {

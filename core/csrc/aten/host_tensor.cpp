@@ -78,7 +78,7 @@ c10::Storage download_storage(const c10::Storage& storage) {
                     /*resizable=*/true);
   if (nbytes > 0) {
     const int device = storage.device().index();
-    const int64_t stream = current_stream(device);
+    const DriverStream stream = current_stream(device);
     runtime().copy_async(host.mutable_data(), kHost, storage.data(), device, nbytes, device,
                          stream);
     runtime().stream_synchronize(device, stream);

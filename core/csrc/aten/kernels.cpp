@@ -16,6 +16,9 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/convolution_backward_ops.h>
+#include <ATen/ops/copy_ops.h>
+#include <ATen/ops/convolution_ops.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
@@ -162,7 +165,7 @@ bool copy_as_dense(const at::Tensor& self, const at::Tensor& dst) {
   Runtime& rt = runtime();
   const bool from_device = is_device(self), to_device = is_device(dst);
   const int device = to_device ? dst.device().index() : self.device().index();
-  const int64_t stream = current_stream(device);
+  const DriverStream stream = current_stream(device);
   rt.copy_async(static_cast<char*>(dst.storage().mutable_data()) + dst.storage_offset() * item,
                 to_device ? device : kHost,
                 static_cast<const char*>(self.storage().data()) + self.storage_offset() * item,
@@ -173,7 +176,7 @@ bool copy_as_dense(const at::Tensor& self, const at::Tensor& dst) {
 #endif
 
 // (device, stream) waits, in stream order, for the work queued on (other, other_stream) so far.
-void wait_for_stream(int device, int64_t stream, int other, int64_t other_stream) {
+void wait_for_stream(int device, DriverStream stream, int other, DriverStream other_stream) {
   if (runtime().async()) mark(other, other_stream)->block(device, stream);
 }
 
@@ -200,9 +203,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   }
   const bool between = from_device && to_device && self.device() != dst.device();
   const int device = to_device && !between ? dst.device().index() : self.device().index();
-  const int64_t stream = current_stream(device);
+  const DriverStream stream = current_stream(device);
   const int target = to_device ? dst.device().index() : device;
-  const int64_t target_stream = current_stream(target);
+  const DriverStream target_stream = current_stream(target);
   if (between) wait_for_stream(device, stream, target, target_stream);
   const auto done = [&] {
     if (between) wait_for_stream(target, target_stream, device, stream);
@@ -236,6 +239,16 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     rt.launch(device, stream, "copy_", [src, out]() mutable { out.copy_(src); });
     return done();
   }
+  if (rt.async() && to_device && !between) {
+    // Discrete memory, asynchronous: a conversion (dtype, strides, conj/neg) is a launch. A CPU
+    // source goes up first as it is (copy_async stages it: the caller may reuse it); then
+    // copy_ between the two device tensors runs through the fallback, whose task converts host
+    // images of both in stream order and writes the destination's back.
+    const at::Tensor src = from_device ? self : self.contiguous().to(dst.device());
+    at::Tensor out = dst;
+    ACCELKIT_FALLBACK(copy_, out, src, non_blocking);
+    return dst;
+  }
   if (between) rt.stream_synchronize(device, stream);  // the host copies below
   const at::Tensor src = from_device ? download(self) : self;
   if (!to_device) {
@@ -259,7 +272,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   if (rt.host_accessible() && !rt.async()) return at::_local_scalar_dense(host_view(self));
   at::Tensor one = at::empty({}, self.options().device(c10::DeviceType::CPU));
   const int device = self.device().index();
-  const int64_t stream = current_stream(device);
+  const DriverStream stream = current_stream(device);
   rt.copy_async(one.data_ptr(), kHost,
                 static_cast<const char*>(self.storage().data()) +
                     self.storage_offset() * self.dtype().itemsize(),
@@ -277,16 +290,15 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 }
 
 // Convolutions: torch sends every non-CPU/CUDA backend to the *_overrideable ops, which have
-// no CPU kernel to fall back to; run the CPU convolution on host tensors.
+// no CPU kernel to fall back to; they run as aten::convolution / convolution_backward through
+// the fallback (whose CPU kernels pick the CPU's convolution), so on an asynchronous device a
+// convolution is a launch like any other op, its outputs allocated ahead from the meta kernel.
 at::Tensor convolution(const at::Tensor& input, const at::Tensor& weight,
-                              const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
-                              c10::IntArrayRef padding, c10::IntArrayRef dilation,
-                              bool transposed, c10::IntArrayRef output_padding, int64_t groups) {
-  std::optional<at::Tensor> host_bias;
-  if (bias.has_value() && bias->defined()) host_bias = to_cpu(*bias);
-  return from_cpu(at::convolution(to_cpu(input), to_cpu(weight), host_bias, stride, padding,
-                                  dilation, transposed, output_padding, groups),
-                  input.device().index());
+                       const std::optional<at::Tensor>& bias, c10::IntArrayRef stride,
+                       c10::IntArrayRef padding, c10::IntArrayRef dilation, bool transposed,
+                       c10::IntArrayRef output_padding, int64_t groups) {
+  return ACCELKIT_FALLBACK(convolution, input, weight, bias, stride, padding, dilation,
+                           transposed, output_padding, groups);
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
@@ -295,11 +307,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward(
     bool transposed, c10::IntArrayRef output_padding, int64_t groups,
     std::array<bool, 3> output_mask) {
   const int64_t bias_size[] = {grad_output.size(1)};
-  auto [gi, gw, gb] = at::convolution_backward(
-      to_cpu(grad_output), to_cpu(input), to_cpu(weight), c10::IntArrayRef(bias_size), stride,
-      padding, dilation, transposed, output_padding, groups, output_mask);
-  const int device = input.device().index();
-  return {from_cpu(gi, device), from_cpu(gw, device), from_cpu(gb, device)};
+  return ACCELKIT_FALLBACK(convolution_backward, grad_output, input, weight,
+                           at::OptionalIntArrayRef(c10::IntArrayRef(bias_size)), stride, padding,
+                           dilation, transposed, output_padding, groups, output_mask);
 }
 
 

@@ -25,6 +25,7 @@ namespace accelkit::c10d {
 
 using detail::async_device;
 using detail::current_stream_of;
+using detail::driver_stream_of;
 
 accelkit::Runtime* device_runtime() {
   static std::atomic<accelkit::Runtime*> cached{nullptr};
@@ -36,6 +37,19 @@ accelkit::Runtime* device_runtime() {
   cached = rt;
   return rt;
 }
+
+namespace detail {
+
+accelkit::DriverStream driver_stream_of(const c10::Stream& stream) {
+  static const auto op = [] {
+    const auto handle =
+        c10::Dispatcher::singleton().findSchemaOrThrow("accelkit::_driver_stream", "");
+    return handle.typed<int64_t(int64_t, int64_t)>();
+  }();
+  return reinterpret_cast<accelkit::DriverStream>(op.call(stream.device_index(), stream.id()));
+}
+
+}  // namespace detail
 
 // -- TransportBackend: lifecycle ----------------------------------------------------------------
 
@@ -208,7 +222,7 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
           const c10::Stream own = worker.stream(*device);
           c10::StreamGuard on_own(own);
           run(call, *work);
-          device_runtime()->stream_synchronize(device->index(), own.id());
+          device_runtime()->stream_synchronize(device->index(), driver_stream_of(own));
         } else {
           run(call, *work);
         }

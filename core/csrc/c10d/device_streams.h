@@ -25,4 +25,8 @@ inline c10::Stream current_stream_of(const c10::Device& device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device);
 }
 
+// The runtime's stream behind a c10 stream of the device (the device's copy of the layer maps
+// them: accelkit::driver_stream, reached through its accelkit::_driver_stream op).
+accelkit::DriverStream driver_stream_of(const c10::Stream& stream);
+
 }  // namespace accelkit::c10d::detail

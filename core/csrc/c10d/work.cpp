@@ -13,6 +13,7 @@ namespace accelkit::c10d {
 
 using detail::async_device;
 using detail::current_stream_of;
+using detail::driver_stream_of;
 
 // -- QueuedWork ---------------------------------------------------------------------------------
 
@@ -34,7 +35,7 @@ bool QueuedWork::wait(std::chrono::milliseconds timeout) {
   const c10::Stream stream = current_stream_of(*device_);
   const std::string what = "waiting for " + name_;
   device_runtime()->stream_wait(
-      device_->index(), stream.id(), what.c_str(),
+      device_->index(), driver_stream_of(stream), what.c_str(),
       [completion = completion_](accelkit::Runtime::Resume resume) {
         std::unique_lock<std::mutex> lock(completion->mutex);
         if (!completion->done) {

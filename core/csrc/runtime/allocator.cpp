@@ -66,7 +66,7 @@ c10::DataPtr DeviceAllocator::allocate(size_t nbytes) {
   mark_initialized();
   const c10::Device where(kDeviceType, static_cast<c10::DeviceIndex>(device));
   if (nbytes == 0) return {nullptr, nullptr, &delete_block, where};
-  const int64_t stream = current_stream(device);
+  const DriverStream stream = current_stream(device);
   const size_t size = rounded(nbytes);
   Device& d = state(device);
   Block* block = nullptr;
@@ -110,7 +110,7 @@ uint64_t DeviceAllocator::settle(int device) {
   return settled;
 }
 
-DeviceAllocator::Block* DeviceAllocator::take_cached(Device& d, int64_t stream, size_t size) {
+DeviceAllocator::Block* DeviceAllocator::take_cached(Device& d, DriverStream stream, size_t size) {
   Block probe;
   probe.stream = stream;
   probe.size = size;
@@ -240,7 +240,7 @@ void DeviceAllocator::free_block(Block* block) {
       if (runtime().async()) {
         const int device = block->device;
         block->used_by.insert(block->stream);
-        for (int64_t stream : block->used_by) {
+        for (DriverStream stream : block->used_by) {
           runtime().launch(device, stream, "free", [owner] {});
         }
       }
@@ -251,7 +251,7 @@ void DeviceAllocator::free_block(Block* block) {
       d.active_bytes.decrease(block->size);
       delete block;
     } else if (!block->used_by.empty() && runtime().async()) {
-      for (int64_t stream : block->used_by) block->pending.push_back(mark(block->device, stream));
+      for (DriverStream stream : block->used_by) block->pending.push_back(mark(block->device, stream));
       block->used_by.clear();
       d.freeing.push_back(block);
     } else {
@@ -287,10 +287,11 @@ void DeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) 
 #endif
   auto* block = static_cast<Block*>(ptr.get_context());
   if (block == nullptr || ptr.get_deleter() != &delete_block) return;  // adopted ones too
-  if (stream.id() == block->stream) return;
+  const DriverStream used = driver_stream(block->device, stream.id());
+  if (used == block->stream) return;
   Device& d = state(block->device);
   std::lock_guard<std::mutex> lock(d.mutex);
-  block->used_by.insert(stream.id());
+  block->used_by.insert(used);
 }
 
 c10::CachingDeviceAllocator::DeviceStats DeviceAllocator::getDeviceStats(

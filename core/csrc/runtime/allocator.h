@@ -34,7 +34,7 @@
 
 namespace accelkit {
 
-class EventState;
+class Event;
 
 // "1.50 MiB"
 std::string format_size(uint64_t bytes);
@@ -47,10 +47,10 @@ class DeviceAllocator final : public c10::DeviceAllocator {
     size_t size = 0;       // bytes held (the segment)
     size_t requested = 0;  // bytes asked for
     int device = 0;
-    int64_t stream = 0;                  // allocated on (and reused only on) this stream
-    std::set<int64_t> used_by;           // other streams (record_stream)
+    DriverStream stream = nullptr;       // allocated on (and reused only on) this stream
+    std::set<DriverStream> used_by;      // other streams (record_stream)
     uint64_t freed_at = 0;               // free: the device's free count after its free
-    std::vector<std::shared_ptr<EventState>> pending;  // freed: those streams' progress
+    std::vector<std::shared_ptr<Event>> pending;       // freed: those streams' progress
     c10::intrusive_ptr<c10::StorageImpl> owner;         // adopted: the CPU storage
   };
 
@@ -100,7 +100,7 @@ class DeviceAllocator final : public c10::DeviceAllocator {
   DeviceAllocator();
   Device& state(int device) { return *devices_.at(device); }
   size_t capacity(int device);
-  Block* take_cached(Device& d, int64_t stream, size_t size);
+  Block* take_cached(Device& d, DriverStream stream, size_t size);
   // A fresh segment, or nullptr (why: "" over capacity, else the driver's refusal).
   Block* new_segment(Device& d, int device, size_t size, std::string& why);
   // Wait for the device's queued work (asynchronous runtimes), never holding a lock. Returns

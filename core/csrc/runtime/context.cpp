@@ -77,15 +77,4 @@ int resolve_index(int64_t index) {
   return static_cast<int>(index);
 }
 
-namespace {
-std::vector<int64_t>& thread_streams() {
-  thread_local std::vector<int64_t> ids(device_count(), 0);
-  return ids;
-}
-}  // namespace
-
-int64_t current_stream(int device) { return thread_streams().at(device); }
-
-void set_current_stream(int device, int64_t stream) { thread_streams().at(device) = stream; }
-
 }  // namespace accelkit

@@ -1,7 +1,9 @@
-// Events in stream order (events.h).
+// The layer's events and the runtime's default ones (events.h).
 #include "runtime/events.h"
 
 #include <accelkit/runtime.h>
+
+#include <c10/util/Exception.h>
 
 #include <chrono>
 
@@ -15,7 +17,7 @@ double now_ms() {
 
 }  // namespace
 
-uint64_t EventState::record(int device, int64_t stream) {
+uint64_t EventState::record(Runtime& runtime, int device, DriverStream stream) {
   uint64_t n = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -30,10 +32,10 @@ uint64_t EventState::record(int device, int64_t stream) {
     uint64_t n;
     ~Completion() { event->complete(n); }
   };
-  runtime().launch(device, stream, "event record",
-                   [done = std::shared_ptr<Completion>(new Completion{shared_from_this(), n})] {
-                     done->event->complete(done->n);
-                   });
+  runtime.launch(device, stream, "event record",
+                 [done = std::shared_ptr<Completion>(new Completion{shared_from_this(), n})] {
+                   done->event->complete(done->n);
+                 });
   return n;
 }
 
@@ -74,17 +76,17 @@ void EventState::wait_for(uint64_t n) {
   cv_.wait(lock, [&] { return completed_ >= n; });
 }
 
-void EventState::block(int device, int64_t stream) {
+void EventState::block(Runtime& runtime, int device, DriverStream stream) {
   uint64_t n = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     n = recorded_;
     if (completed_ >= n) return;  // nothing to wait for
   }
-  runtime().stream_wait(device, stream, "event wait",
-                        [self = shared_from_this(), n](Runtime::Resume resume) {
-                          self->when_complete(n, std::move(resume));
-                        });
+  runtime.stream_wait(device, stream, "event wait",
+                      [self = shared_from_this(), n](Runtime::Resume resume) {
+                        self->when_complete(n, std::move(resume));
+                      });
 }
 
 bool EventState::query() {
@@ -101,18 +103,40 @@ void EventState::synchronize() {
   wait_for(n);
 }
 
-bool EventState::recorded() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return recorded_ > 0;
-}
-
 double EventState::time_ms() {
   std::lock_guard<std::mutex> lock(mutex_);
   return time_ms_;
 }
 
-std::shared_ptr<EventState> mark(int device, int64_t stream) {
-  auto event = std::make_shared<EventState>();
+Event::~Event() {
+  if (event_ != nullptr) runtime().event_destroy(device_, event_);
+}
+
+void Event::record(int device, DriverStream stream) {
+  if (event_ == nullptr) {
+    event_ = runtime().event_create(device, flags_);
+    TORCH_CHECK(event_ != nullptr, "the runtime's event_create(", device, ", ", flags_,
+                ") returned null: return the new event, or raise the driver's error");
+    device_ = device;
+  }
+  TORCH_CHECK(device == device_, "Event device ", device_, " does not match the recording "
+              "stream's device ", device, ": an event records on the device it was first "
+              "recorded on");
+  runtime().event_record(device, event_, stream);
+}
+
+void Event::block(int device, DriverStream stream) const {
+  if (event_ != nullptr) runtime().stream_wait_event(device, stream, event_);
+}
+
+bool Event::query() const { return event_ == nullptr || runtime().event_query(event_); }
+
+void Event::synchronize() const {
+  if (event_ != nullptr) runtime().event_synchronize(event_);
+}
+
+std::shared_ptr<Event> mark(int device, DriverStream stream) {
+  auto event = std::make_shared<Event>(Runtime::kEventDefault);
   event->record(device, stream);
   return event;
 }

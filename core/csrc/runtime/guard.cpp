@@ -1,8 +1,7 @@
 // The device guard for PrivateUse1: the CUDA model of a per-thread current device and a
-// per-thread current stream per device (stream 0 is the default stream), new streams from a
-// per-device counter, and events (events.h) in stream order with timestamps for
-// torch.Event.elapsed_time. Streams are c10 stream ids the runtime queues work by
-// (Runtime::launch / copy_async); waiting on a stream or the device is the runtime's.
+// per-thread current stream per device (stream 0 is the default stream), new streams from the
+// per-device, per-priority pool of driver streams (streams.cpp, as c10/cuda/CUDAStream.cpp),
+// and torch.Event as a driver event (events.h: Runtime::event_*), its timestamps the driver's.
 #include <accelkit/context.h>
 
 #include "runtime/events.h"
@@ -12,23 +11,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
-#include <atomic>
-#include <memory>
 
 namespace accelkit {
 namespace {
 
-// What a c10 event handle (void*) points to.
-struct Event {
-  int device;
-  bool timing;
-  std::shared_ptr<EventState> state = std::make_shared<EventState>();
-};
-
 class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
  public:
-  static constexpr int kPoolSize = 32;
-
   c10::DeviceType type() const override { return kDeviceType; }
 
   c10::Device exchangeDevice(c10::Device d) const override {
@@ -55,18 +43,21 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   c10::Stream getStream(c10::Device d) const override {
     const int index = resolve_index(d.index());
     return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, static_cast<c10::DeviceIndex>(index)},
-                       current_stream(index));
+                       current_stream_id(index));
   }
   c10::Stream getDefaultStream(c10::Device d) const override {
     return c10::Stream(c10::Stream::DEFAULT, {kDeviceType, resolve(d)});
   }
-  c10::Stream getStreamFromGlobalPool(c10::Device d, bool /*high_priority*/) const override {
-    static std::atomic<int64_t> next{0};
-    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, resolve(d)}, 1 + (next++ % kPoolSize));
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high_priority) const override {
+    const int index = resolve_index(d.index());
+    const auto [least, greatest] = runtime().stream_priority_range(index);
+    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, static_cast<c10::DeviceIndex>(index)},
+                       pool_stream(index, high_priority ? greatest : least));
   }
-  c10::Stream getNewStream(c10::Device d, int /*priority*/) const override {
-    static std::atomic<int64_t> next{kPoolSize + 1};
-    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, resolve(d)}, next++);
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    const int index = resolve_index(d.index());
+    return c10::Stream(c10::Stream::UNSAFE, {kDeviceType, static_cast<c10::DeviceIndex>(index)},
+                       pool_stream(index, priority));
   }
   c10::Stream exchangeStream(c10::Stream s) const override {
     const int index = resolve_index(s.device_index());
@@ -83,10 +74,12 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
 #ifdef ACCELKIT_FAULTS
     if (faults::active("stream_query_always_done")) return true;
 #endif
-    return runtime().stream_query(resolve_index(s.device_index()), s.id());
+    const int index = resolve_index(s.device_index());
+    return runtime().stream_query(index, driver_stream(index, s.id()));
   }
   void synchronizeStream(const c10::Stream& s) const override {
-    runtime().stream_synchronize(resolve_index(s.device_index()), s.id());
+    const int index = resolve_index(s.device_index());
+    runtime().stream_synchronize(index, driver_stream(index, s.id()));
   }
   void synchronizeDevice(const c10::DeviceIndex index) const override {
     runtime().synchronize(resolve_index(index));
@@ -98,27 +91,32 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 " does not match recording stream's device index ", stream.device_index(), ".");
     auto* e = static_cast<Event*>(*event);
     if (e == nullptr) {
-      e = new Event{stream.device_index(), flag == c10::EventFlag::BACKEND_DEFAULT};
+      // torch.Event(enable_timing=True) asks for BACKEND_DEFAULT (cudaEventDefault), else
+      // PYTORCH_DEFAULT (cudaEventDisableTiming).
+      e = new Event(flag == c10::EventFlag::BACKEND_DEFAULT ? Runtime::kEventTiming
+                                                           : Runtime::kEventDefault);
       *event = e;
     }
     c10::Stream on = stream;
 #ifdef ACCELKIT_FAULTS
     if (faults::active("event_records_on_current_stream")) on = getStream(stream.device());
 #endif
-    e->state->record(resolve_index(on.device_index()), on.id());
+    const int device = resolve_index(on.device_index());
+    e->record(device, driver_stream(device, on.id()));
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (event == nullptr) return;  // never recorded: nothing to wait for
 #ifdef ACCELKIT_FAULTS
     if (faults::active("wait_event_unordered")) return;
 #endif
-    static_cast<Event*>(event)->state->block(resolve_index(stream.device_index()), stream.id());
+    const int device = resolve_index(stream.device_index());
+    static_cast<Event*>(event)->block(device, driver_stream(device, stream.id()));
   }
   bool queryEvent(void* event) const override {
-    return event == nullptr || static_cast<Event*>(event)->state->query();
+    return event == nullptr || static_cast<Event*>(event)->query();
   }
   void synchronizeEvent(void* event) const override {
-    if (event != nullptr) static_cast<Event*>(event)->state->synchronize();
+    if (event != nullptr) static_cast<Event*>(event)->synchronize();
   }
   void destroyEvent(void* event, const c10::DeviceIndex /*index*/) const noexcept override {
     delete static_cast<Event*>(event);
@@ -126,18 +124,21 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   double elapsedTime(void* start, void* end, const c10::DeviceIndex /*index*/) const override {
     auto* a = static_cast<Event*>(start);
     auto* b = static_cast<Event*>(end);
-    TORCH_CHECK(a != nullptr && b != nullptr && a->state->recorded() && b->state->recorded(),
+    TORCH_CHECK(a != nullptr && b != nullptr && a->recorded() && b->recorded(),
                 "Both events must be recorded before calculating elapsed time.");
-    TORCH_CHECK(a->timing && b->timing,
+    TORCH_CHECK(a->timing() && b->timing(),
                 "Both events must be created with argument 'enable_timing=True'.");
+    TORCH_CHECK(a->device() == b->device(), "Both events must be recorded on the same device "
+                "to calculate elapsed time (got ", device_name(), ":", a->device(), " and ",
+                device_name(), ":", b->device(), ").");
     // As cudaEventElapsedTime: an event still queued is an error, never a wait (torch's
     // Event.elapsed_time calls this holding the GIL, which the work it would wait for may need).
-    TORCH_CHECK(a->state->query() && b->state->query(),
+    TORCH_CHECK(a->query() && b->query(),
                 "Both events must be completed before calculating elapsed time.");
 #ifdef ACCELKIT_FAULTS
     if (faults::active("elapsed_time_zero")) return 0.0;
 #endif
-    return b->state->time_ms() - a->state->time_ms();
+    return runtime().event_elapsed_ms(a->handle(), b->handle());
   }
 
  private:

@@ -85,6 +85,14 @@ void bind_device(pybind11::module_& m) {
                                                                        resolve_index(index))));
     return py::make_tuple(s.id(), s.device_index(), static_cast<int64_t>(s.device_type()));
   });
+  m.def("stream_priority_range", [](int64_t index) {
+    const auto [least, greatest] = runtime().stream_priority_range(resolve_index(index));
+    return py::make_tuple(least, greatest);
+  });
+  m.def("external_stream", [](uintptr_t stream, int64_t index) {
+    const int device = resolve_index(index);
+    return external_stream(device, reinterpret_cast<DriverStream>(stream));
+  });
   m.def("set_stream", [](int64_t stream_id, int64_t index) {
     const c10::Stream s(c10::Stream::UNSAFE,
                         c10::Device(kDeviceType, static_cast<c10::DeviceIndex>(

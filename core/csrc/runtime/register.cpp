@@ -9,6 +9,8 @@
 #include "runtime/registry.h"
 #include "testing/faulty_runtime.h"
 
+#include <accelkit/context.h>
+
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/Allocator.h>
@@ -59,6 +61,12 @@ Runtime* g_runtime = nullptr;
 // own extension), which reaches the device's streams through it (accelkit::c10d).
 int64_t runtime_address() { return reinterpret_cast<int64_t>(g_runtime); }
 
+// The driver stream of a c10 stream id, for the same copy of the layer (streams.cpp's table
+// lives in this extension).
+int64_t driver_stream_address(int64_t device, int64_t id) {
+  return reinterpret_cast<int64_t>(driver_stream(static_cast<int>(device), id));
+}
+
 }  // namespace
 
 bool detail::KernelTable::has_kernel(const char* name) {
@@ -104,7 +112,8 @@ void register_device(Runtime& vendor_runtime, const std::string& origin) {
   g_runtime = &runtime;
   library(torch::Library::FRAGMENT, "accelkit", std::nullopt)
       .def("_registered_device() -> str", &origin_of_first)
-      .def("_runtime() -> int", &runtime_address);
+      .def("_runtime() -> int", &runtime_address)
+      .def("_driver_stream(int device, int id) -> int", &driver_stream_address);
 
   c10::SetAllocator(kDeviceType, &DeviceAllocator::get());
   detail::register_guard();

@@ -77,6 +77,14 @@ const std::vector<Fault>& all() {
        "is queued)"},
       {"event_records_on_current_stream",
        "Event.record(stream) records on the current stream, not the one given"},
+      {"elapsed_time_host_clock",
+       "Event.elapsed_time measures between the host's calls to record(), not between the "
+       "points the stream reached (a driver that stamps an event when it is issued)"},
+      {"stream_priority_ignored",
+       "streams are created at the lowest priority whatever priority is asked for"},
+      {"fallback_waits",
+       "every op without a native kernel runs at the call, after the stream's queued work "
+       "(the host waits for the device at each op; values stay right)"},
       {"wait_event_unordered",
        "Stream.wait_event (and wait_stream) returns without making the stream wait"},
   };

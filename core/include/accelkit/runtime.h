@@ -9,19 +9,22 @@
 // implementation over host memory.
 #pragma once
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
+#include <utility>
 
 namespace accelkit {
 
 // A device index, or kHost for host (CPU) memory in Runtime::copy.
 constexpr int kHost = -1;
+
+// A driver's stream and event objects (see Runtime's streams and events), opaque to accelkit.
+using DriverStream = void*;
+using DriverEvent = void*;
 
 class Runtime {
  public:
@@ -62,20 +65,47 @@ class Runtime {
   // CUDA: cudaDeviceSynchronize. Ascend: aclrtSynchronizeDevice.
   virtual void synchronize(int device) = 0;
 
-  // ---- Asynchronous execution -------------------------------------------------------------
+  // ---- Streams and events ------------------------------------------------------------------
   // A device whose work runs in queues (streams) overrides these together and returns true
   // from async(); the defaults describe a synchronous device, whose work is complete when the
-  // call that issued it returns. Streams are c10 stream ids of a device (0: its default
-  // stream). accelkit builds events, stream waits and the stream-ordered allocator on them.
+  // call that issued it returns. Streams and events are the driver's objects, opaque to the
+  // layer (cudaStream_t / cudaEvent_t, aclrtStream / aclrtEvent, a Level Zero command queue /
+  // ze_event_handle_t); a null DriverStream is the device's default stream. The layer maps c10
+  // streams onto driver streams as c10/cuda/CUDAStream.cpp does (a per-device, per-priority pool
+  // created on first use and handed out round-robin, the default stream, external streams) and
+  // torch.Event onto driver events; a kernel launches on the DriverStream current_stream()
+  // gives (<accelkit/context.h>).
 
   virtual bool async() const noexcept { return false; }
 
+  // Stream priorities of `device` as {least, greatest}: lower numbers run first, as
+  // cudaDeviceGetStreamPriorityRange (CUDA: {0, -5}; Ascend: aclrtCreateStreamWithConfig's
+  // priority). The layer uses up to kStreamPriorities levels from `least` toward `greatest`;
+  // {0, 0} (the default): one priority.
+  static constexpr int kStreamPriorities = 4;
+  virtual std::pair<int, int> stream_priority_range(int device) {
+    (void)device;
+    return {0, 0};
+  }
+
+  // A new stream on `device` with `priority` (within stream_priority_range); the layer creates
+  // its pool's streams once and never destroys them while the device is in use, as CUDA's.
+  // CUDA: cudaStreamCreateWithPriority(cudaStreamNonBlocking). Ascend: aclrtCreateStream.
+  // Level Zero: zeCommandQueueCreate / zeCommandListCreateImmediate. The default gives each call
+  // a distinct handle that means nothing to a synchronous device.
+  virtual DriverStream stream_create(int device, int priority);
+  // CUDA: cudaStreamDestroy. Ascend: aclrtDestroyStream.
+  virtual void stream_destroy(int device, DriverStream stream) noexcept {
+    (void)device, (void)stream;
+  }
+
   // Run `fn` on the host in `stream`'s order: after the work queued on it before, before the
   // work queued after. An exception from `fn` is raised, naming `what`, by the next
-  // synchronizing call (synchronize, stream_synchronize, a copy to the host). This is how the
-  // layer's events and waits are built, and how a device kernel computed on the host is
-  // launched. CUDA: cudaLaunchHostFunc (a kernel launch for device code).
-  virtual void launch(int device, int64_t stream, const char* what, std::function<void()> fn) {
+  // synchronizing call (synchronize, stream_synchronize, a copy to the host). This is how a
+  // device kernel computed on the host is launched, and how the default events are built.
+  // CUDA: cudaLaunchHostFunc (a kernel launch for device code). Ascend: aclrtLaunchCallback.
+  virtual void launch(int device, DriverStream stream, const char* what,
+                      std::function<void()> fn) {
     (void)device, (void)stream, (void)what;
     fn();
   }
@@ -84,56 +114,78 @@ class Runtime {
   // (nullptr for none; the runtime raises it as an error of the stream's work).
   using Resume = std::function<void(std::exception_ptr)>;
 
-  // Make `stream` wait for a condition the host or another stream fulfils (an event's record,
-  // a collective's completion), in `stream`'s order: once the stream reaches the wait the
-  // runtime calls `when_ready(resume)`, which calls `resume` exactly once, at once if the
-  // condition holds, else later from the thread that fulfils it; the work queued after the
-  // wait runs after that. A runtime that runs streams on a bounded set of threads parks the
-  // stream meanwhile instead of blocking a thread (the mock does); the default launches a
-  // task that blocks until `resume`, which needs a thread per stream.
-  // CUDA: cudaStreamWaitEvent (cuStreamWaitValue32 for a flag the host sets).
-  virtual void stream_wait(int device, int64_t stream, const char* what,
-                           std::function<void(Resume)> when_ready) {
-    launch(device, stream, what, [when_ready = std::move(when_ready)] {
-      struct Latch {
-        std::mutex mutex;
-        std::condition_variable cv;
-        bool done = false;
-        std::exception_ptr error;
-      };
-      auto latch = std::make_shared<Latch>();
-      when_ready([latch](std::exception_ptr error) {
-        {
-          std::lock_guard<std::mutex> lock(latch->mutex);
-          latch->done = true;
-          latch->error = error;
-        }
-        latch->cv.notify_all();
-      });
-      std::unique_lock<std::mutex> lock(latch->mutex);
-      latch->cv.wait(lock, [&] { return latch->done; });
-      if (latch->error) std::rethrow_exception(latch->error);
-    });
-  }
+  // Make `stream` wait for a condition the host fulfils (a collective's completion), in
+  // `stream`'s order: once the stream reaches the wait the runtime calls `when_ready(resume)`,
+  // which calls `resume` exactly once, at once if the condition holds, else later from the
+  // thread that fulfils it; the work queued after the wait runs after that. A runtime that runs
+  // streams on a bounded set of threads parks the stream meanwhile instead of blocking a thread
+  // (the mock does); the default launches a task that blocks until `resume`, which needs a
+  // thread per stream. CUDA: cuStreamWaitValue32 on a flag the host writes (NCCL's own work
+  // runs on its stream instead). Ascend: aclrtStreamWaitEvent on an event the host records.
+  virtual void stream_wait(int device, DriverStream stream, const char* what,
+                           std::function<void(Resume)> when_ready);
 
   // Copy in `stream`'s order (`device` is the device of the stream). Host memory given as
   // `src` may be reused as soon as the call returns (pageable memory is staged); host memory
   // given as `dst` holds the data once the stream reaches the copy. CUDA: cudaMemcpyAsync.
+  // Ascend: aclrtMemcpyAsync. Level Zero: zeCommandListAppendMemoryCopy.
   virtual void copy_async(void* dst, int dst_device, const void* src, int src_device,
-                          size_t nbytes, int device, int64_t stream) {
+                          size_t nbytes, int device, DriverStream stream) {
     (void)device, (void)stream;
     copy(dst, dst_device, src, src_device, nbytes);
   }
 
   // Wait until all work queued on `stream` is done; raises the first error of the device's
-  // work. CUDA: cudaStreamSynchronize.
-  virtual void stream_synchronize(int device, int64_t stream) { (void)device, (void)stream; }
+  // work. CUDA: cudaStreamSynchronize. Ascend: aclrtSynchronizeStream.
+  virtual void stream_synchronize(int device, DriverStream stream) {
+    (void)device, (void)stream;
+  }
 
-  // True when all work queued on `stream` is done. CUDA: cudaStreamQuery.
-  virtual bool stream_query(int device, int64_t stream) {
+  // True when all work queued on `stream` is done. CUDA: cudaStreamQuery. Ascend:
+  // aclrtStreamQuery. Level Zero: zeCommandQueueSynchronize(queue, 0).
+  virtual bool stream_query(int device, DriverStream stream) {
     (void)device, (void)stream;
     return true;
   }
+
+  // Events: markers in a stream's order. event_record(e, stream) makes `e` complete when the
+  // stream reaches that point (a later record replaces the earlier one, as CUDA's); a wait on
+  // `e` or a query of it is for its latest record at the time of the call; an event never
+  // recorded is complete. With kEventTiming the driver takes a timestamp when the stream
+  // reaches the record, and event_elapsed_ms gives the milliseconds between two completed
+  // records. The defaults build all of this on launch and stream_wait (a marker task that
+  // completes the event and reads the host clock when the stream runs it), which is exact for
+  // a device whose kernels run as host functions; a driver with events of its own overrides
+  // them all together.
+  enum EventFlags : unsigned {
+    kEventDefault = 0,
+    kEventTiming = 1,        // timestamps for event_elapsed_ms (cudaEventDefault, not
+                             // cudaEventDisableTiming)
+    kEventBlockingSync = 2,  // event_synchronize sleeps instead of spinning
+                             // (cudaEventBlockingSync)
+  };
+  // CUDA: cudaEventCreateWithFlags. Ascend: aclrtCreateEventWithFlag. Level Zero:
+  // zeEventCreate (in a pool with ZE_EVENT_POOL_FLAG_KERNEL_TIMESTAMP for timing).
+  virtual DriverEvent event_create(int device, unsigned flags);
+  // CUDA: cudaEventDestroy (an event still pending is released once it completes).
+  virtual void event_destroy(int device, DriverEvent event) noexcept;
+  // CUDA: cudaEventRecord. Ascend: aclrtRecordEvent. Level Zero:
+  // zeCommandListAppendSignalEvent.
+  virtual void event_record(int device, DriverEvent event, DriverStream stream);
+  // `stream` runs the work queued after this call only once `event`'s latest record has
+  // completed; no host thread waits. CUDA: cudaStreamWaitEvent. Ascend: aclrtStreamWaitEvent.
+  // Level Zero: zeCommandListAppendWaitOnEvents.
+  virtual void stream_wait_event(int device, DriverStream stream, DriverEvent event);
+  // True when the latest record has completed. CUDA: cudaEventQuery. Ascend:
+  // aclrtQueryEventStatus. Level Zero: zeEventQueryStatus.
+  virtual bool event_query(DriverEvent event);
+  // Block the host until the latest record has completed. CUDA: cudaEventSynchronize. Ascend:
+  // aclrtSynchronizeEvent. Level Zero: zeEventHostSynchronize.
+  virtual void event_synchronize(DriverEvent event);
+  // Milliseconds from `start`'s timestamp to `end`'s, both recorded with kEventTiming and
+  // complete (the layer checks both first). CUDA: cudaEventElapsedTime. Ascend:
+  // aclrtEventElapsedTime. Level Zero: zeEventQueryKernelTimestamp.
+  virtual double event_elapsed_ms(DriverEvent start, DriverEvent end);
 
   // True when device memory is ordinary host memory the CPU can read and write (the mock,
   // unified-memory parts). The layer then runs ops without a native kernel as CPU kernels
