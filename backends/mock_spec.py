@@ -15,14 +15,15 @@ _CSRC = Path(__file__).resolve().parent / "mock" / "csrc"
 #: in ``mockccl.cpp``, the transport's parts in ``mockccl_*.cpp``).
 EXTENSIONS: dict[str, dict] = {
     "device": {"name": "accelkit_mock_C",
-               "sources": [_CSRC / "mock_device.cpp", *sorted((_CSRC / "kernels").glob("*.cpp"))],
+               "sources": [_CSRC / "mock_device.cpp", *sorted((_CSRC / "driver").glob("*.cpp")),
+                           *sorted((_CSRC / "kernels").glob("*.cpp"))],
                "include_dirs": [str(_CSRC)], "cflags": ["-O3", "-std=c++20"]},
     "mockccl": {"name": "accelkit_mock_mockccl", "sources": sorted(_CSRC.glob("mockccl*.cpp")),
              "include_dirs": [str(_CSRC)], "cflags": ["-O3"]},
 }
 
 
-#: The mock's modes, each its settings (read once, by ``csrc/mock_runtime.h``): its memory
+#: The mock's modes, each its settings (read once, by the driver, ``csrc/driver/mockrt.cpp``): its memory
 #: (host-accessible, which the layer uses without copies, or a discrete device's, which the host
 #: cannot address) and whether its work is queued on streams. Both are set in each, so a mode
 #: does not inherit the other's from the environment. The runs in every mode (tox's
@@ -79,14 +80,14 @@ def _prepare() -> None:
             future.result()
 
 
-#: The device counts the mock runtime accepts (csrc/mock_runtime.h refuses others); 0 models a
+#: The device counts the mock driver accepts (csrc/driver/mockrt.cpp refuses others); 0 models a
 #: host without the card: the device registers, ``torch.mock.is_available()`` is False.
 DEVICE_COUNTS = range(0, 65)
 
 
 def _device_count() -> int | None:
     """``ACCELKIT_MOCK_DEVICES``, or None when the runtime would refuse it; unset: 8, or under
-    torchrun the host's ranks (``LOCAL_WORLD_SIZE``), as the runtime counts (mock_runtime.h)."""
+    torchrun the host's ranks (``LOCAL_WORLD_SIZE``), as the driver counts (driver/mockrt.cpp)."""
     default = "8"
     local = os.environ.get("LOCAL_WORLD_SIZE", "")
     if "TORCHELASTIC_RUN_ID" in os.environ and local.isdigit() and 1 <= int(local) <= 64:
@@ -101,12 +102,12 @@ def _device_count() -> int | None:
 
 def _probe(world_size: int = 1) -> tuple[bool, str]:
     count = _device_count()
-    if count is None:  # the runtime's own message (mock_runtime.h), said before any rank starts
+    if count is None:  # the driver's own message (driver/mockrt.cpp), said before any rank starts
         value = os.environ.get("ACCELKIT_MOCK_DEVICES")
         return False, (f"ACCELKIT_MOCK_DEVICES={value} is not a device count: use an integer "
                        f"from {DEVICE_COUNTS[0]} to {DEVICE_COUNTS[-1]}, e.g. "
                        "ACCELKIT_MOCK_DEVICES=8")
-    if count == 0:  # what the runtime reports (mock_runtime.h: no devices, as a driver without a card)
+    if count == 0:  # what the runtime reports (driver/mockrt.cpp: no devices, as a driver without a card)
         return False, ("the mock runtime reports no devices (ACCELKIT_MOCK_DEVICES=0); set "
                        "ACCELKIT_MOCK_DEVICES to 1..64")
     if count < world_size:
@@ -114,7 +115,7 @@ def _probe(world_size: int = 1) -> tuple[bool, str]:
     return True, f"{count} mock devices over host memory"
 
 
-#: The mock's switches and their defaults (mock_runtime.h, mockccl.cpp).
+#: The mock's switches and their defaults (driver/mockrt.cpp, mockccl.cpp).
 SETTINGS_DEFAULTS = {
     "ACCELKIT_MOCK_DEVICES": "8 (under torchrun: LOCAL_WORLD_SIZE)",
     "ACCELKIT_MOCK_MEMORY": "8GiB",
@@ -136,7 +137,7 @@ SETTINGS_DEFAULTS = {
 
 def _scheduled() -> bool:
     """Whether the streams run under a seeded schedule (one worker, the highest-priority
-    stream with work first: ``csrc/mock_runtime.h``'s Scheduler), launches not blocking."""
+    stream with work first: ``csrc/driver/scheduler.h``), launches not blocking."""
     on = [os.environ.get(name, "0") not in ("", "0")
           for name in ("ACCELKIT_MOCK_ASYNC", "ACCELKIT_MOCK_LAUNCH_BLOCKING")]
     return on == [True, False] and os.environ.get("ACCELKIT_MOCK_SCHEDULE", "") not in ("", "off")

@@ -114,6 +114,8 @@ FILE_AREAS: dict[str, tuple[str, ...]] = {
     "work.cpp": ("collectives", "streams"),
     "python.cpp/c10d": ("collectives",),
     "mock_runtime.h": ("registration", "streams"),
+    "mockrt.cpp": ("registration", "streams"),
+    "scheduler.h": ("streams",),
     "mock_device.cpp": ("registration",),
     "binary_ops.cpp": ("dtensor", "tp", "ops"),
 }
@@ -161,7 +163,7 @@ EXPLAINED: dict[str, str] = {
         "equivalent: `t.set_(t)` without its shortcut sets the tensor to its own storage, offset, "
         "sizes and strides, which changes nothing (the shortcut saves the work, as ATen's "
         "set_ does)",
-    "backends/mock/csrc/mock_runtime.h:297":
+    "backends/mock/csrc/driver/scheduler.h:219":
         "equivalent: the entry is a local of the scheduler loop's body, so without the reset "
         "its captures (what a parked wait holds) are destroyed at the end of the iteration, "
         "under the scheduler's lock instead of just before it; none of them takes that lock",

@@ -6,7 +6,10 @@ The package is made of three kinds of files, so nothing accelkit already has is 
    ``#include <accelkit/...>``) and its Python device-module builder
    (:mod:`accelkit.core.device_module`) stay in accelkit; the package builds against them.
 2. **Rendered from the mock** (:data:`MOCK_SOURCES`): the parts a vendor replaces — the
-   host-memory runtime and the collectives transport in ``backends/mock/csrc/`` and mockccl's
+   runtime adapter (``csrc/mock_runtime.h``, the seam's functions as calls into the driver), the
+   driver skeleton (``csrc/driver/``: the fake driver's C API, each function naming the CUDA,
+   ACL and Level Zero call it stands for, and its implementation, which the package runs on
+   until the vendor's driver replaces it), the collectives transport in ``backends/mock/csrc/`` and mockccl's
    Python creator (``backends/mock/mockccl.py``) — with the names substituted by
    :data:`TOKENS` (explicit ``str.replace`` in order). So the mock and a new package cannot drift
    apart: every ``mock``/``mockccl`` in those files must be covered by a token, else rendering
@@ -196,6 +199,7 @@ def _check_collective_name(cname: str, name: str) -> None:
 #: Every C++ file of ``csrc/`` is taken, so a file the mock adds comes along.
 MOCK_SOURCES: tuple[tuple[str, str], ...] = (
     ("csrc/*", "csrc"),
+    ("csrc/driver/*", "csrc/driver"),
     ("csrc/kernels/*", "csrc/kernels"),
     ("mockccl.py", "src/${package}"),
 )
@@ -286,6 +290,11 @@ def _mock_files(names: Names) -> dict[str, str]:
     return files
 
 
+def _under_csrc(source) -> str:
+    """A mock source's path under ``csrc/`` (``mock_device.cpp``, ``driver/mockrt.cpp``)."""
+    return Path(source).relative_to(MOCK_DIR / "csrc").as_posix()
+
+
 def _extension_mapping(names: Names) -> dict[str, str]:
     """The sources and compiler flags of the two extensions, as the mock builds them
     (``accelkit.backends.mock_spec.EXTENSIONS``), for setup.py: ``${device_sources}``,
@@ -299,7 +308,7 @@ def _extension_mapping(names: Names) -> dict[str, str]:
                 f"accelkit.backends.mock_spec.EXTENSIONS has no {key!r} entry (it has "
                 f"{', '.join(EXTENSIONS)}); the renderer takes the {prefix} extension from it")
         ext = EXTENSIONS[key]
-        sources = [f"csrc/{_substitute(Path(src).name, names, 'mock_spec.EXTENSIONS')}"
+        sources = [f"csrc/{_substitute(_under_csrc(src), names, 'mock_spec.EXTENSIONS')}"
                    for src in ext["sources"] if Path(src).parent.name != "kernels"]
         mapping[f"{prefix}_sources"] = json.dumps(sources)
         mapping[f"{prefix}_cflags"] = json.dumps(list(ext.get("cflags", [])))

@@ -1,8 +1,8 @@
 """The ``mock`` accelerator: importing this package registers ``torch.mock`` under
 PrivateUse1 and the ``mockccl`` collective library.
 
-The device is the accelkit C++ layer (``core/include/accelkit``) over a host-memory runtime
-(``csrc/mock_runtime.h``), built on first import by :func:`accelkit.core.load_extension`.
+The device is the accelkit C++ layer (``core/include/accelkit``) over the mock's runtime
+(``csrc/mock_runtime.h``, an adapter over its fake driver ``csrc/driver/mockrt.h``), built on first import by :func:`accelkit.core.load_extension`.
 Configuration: ``ACCELKIT_MOCK_DEVICES`` (default 8; under torchrun the host's ranks), ``ACCELKIT_MOCK_MEMORY`` (capacity per
 device, default ``8GiB``), ``ACCELKIT_MOCK_HOST_ACCESSIBLE=0`` (use the copying paths a
 discrete device takes). ``torch.compile`` works on mock tensors with its default backend:

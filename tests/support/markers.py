@@ -70,6 +70,7 @@ MARKERS: dict[str, tuple[str, ...]] = {
     "engine/test_two_hosts.py": (SLOW, MULTI, NS),
     "mock/test_mock_device.py": (SLOW,),
     "mock/test_mock_device_first_use.py": (SLOW,),
+    "mock/test_mock_driver.py": (CPP,),
     "mock/test_mock_ops.py": (),
     "mock/test_mock_process.py": (),
     "mock/test_mock_random.py": (),

@@ -101,7 +101,7 @@ def test_directory_below_a_file(tmp_path, capsys):
     dest = blocker / "pkg"
     code, _, err = _new(capsys, "demo", "--dir", str(dest))
     assert code == 2
-    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 25 files " \
+    assert f"accelkit new: cannot write {dest}/.gitignore: Not a directory; 0 of 28 files " \
            f"were written to {dest}" in err
     assert blocker.read_text() == "x"
 
@@ -111,7 +111,7 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
     code, out, err = _new(capsys, "demo")
     assert code == 0, err
     dest = tmp_path / "torch_demo"
-    assert f"created torch_demo in {dest} (25 files): device 'demo', collective backend " \
+    assert f"created torch_demo in {dest} (28 files): device 'demo', collective backend " \
            "'democcl'" in out
     files = sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file())
     assert files == [
@@ -121,6 +121,7 @@ def test_default_directory_and_files(tmp_path, capsys, monkeypatch):
         "csrc/democcl_net.cpp", "csrc/democcl_net.h", "csrc/democcl_p2p.cpp",
         "csrc/democcl_reduce.h", "csrc/democcl_shm.h", "csrc/democcl_staging.h",
         "csrc/democcl_sync.cpp", "csrc/democcl_wire.h",
+        "csrc/driver/demort.cpp", "csrc/driver/demort.h", "csrc/driver/scheduler.h",
         "csrc/kernels/binary_ops.cpp",
         "pyproject.toml", "setup.py",
         "src/torch_demo/__init__.py", "src/torch_demo/conformance_expectations.toml",
@@ -140,11 +141,15 @@ def test_rendered_package(tmp_path, capsys):
     # The vendor-replaceable parts are the mock's, renamed: nothing of mock/mockccl is left
     # (dccl.py's docstring says where it comes from).
     for rel in ("csrc/demo_runtime.h", "csrc/demo_device.cpp", "csrc/dccl.cpp",
+                "csrc/driver/demort.h", "csrc/driver/demort.cpp", "csrc/driver/scheduler.h",
                 "csrc/dccl_shm.h", "csrc/dccl_reduce.h", "csrc/kernels/binary_ops.cpp"):
         assert not re.search("(?i)mock|mockccl", texts[rel]), rel
     assert not re.search("(?i)mock|mockccl", texts["src/torch_demo/dccl.py"].split('"""', 2)[2])
     assert "class DemoRuntime final : public accelkit::Runtime" in texts["csrc/demo_runtime.h"]
-    assert 'std::getenv("DEMO_DEVICES")' in texts["csrc/demo_runtime.h"]
+    # The adapter calls the driver skeleton, which reads the device's settings.
+    assert '#include "driver/demort.h"' in texts["csrc/demo_runtime.h"]
+    assert "demoStreamCreateWithPriority(&stream, priority)" in texts["csrc/demo_runtime.h"]
+    assert 'std::getenv("DEMO_DEVICES")' in texts["csrc/driver/demort.cpp"]
     assert '#include "demo_runtime.h"' in texts["csrc/demo_device.cpp"]
     assert "accelkit::register_device(*runtime, \"the demo device\");" in \
         texts["csrc/demo_device.cpp"]
@@ -160,7 +165,7 @@ def test_rendered_package(tmp_path, capsys):
     assert not copied
     assert "include_dirs=INCLUDE_DIRS" in texts["setup.py"]
     assert "INCLUDE_DIRS = [include_dir()]" in texts["setup.py"]
-    assert ("CppExtension(\"torch_demo._C\", [\"csrc/demo_device.cpp\"] + "
+    assert ("CppExtension(\"torch_demo._C\", [\"csrc/demo_device.cpp\", \"csrc/driver/demort.cpp\"] + "
             "sorted(glob(\"csrc/kernels/*.cpp\"))") in texts["setup.py"]
     assert "extra_objects=ACCELKIT" in texts["setup.py"]
     assert 'os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"' in texts["setup.py"]

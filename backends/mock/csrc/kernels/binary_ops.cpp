@@ -8,8 +8,9 @@
 // goes back to accelkit's fallback in one line, ACCELKIT_FALLBACK.
 //
 // The kernel is launched as a device's is: on the current stream (Runtime::launch), computing
-// on device memory (the mock's "device" is the host: MockRuntime::host_address translates a
-// discrete device's pointers; a real kernel launch takes the device pointers as they are).
+// on device memory (the mock's "device" is the host: MockRuntime::host_address, the driver's
+// mockDevicePointerToHost, translates a discrete device's pointers; a real kernel launch takes
+// the device pointers as they are).
 #include "../mock_runtime.h"
 
 #include <accelkit/accelkit.h>
