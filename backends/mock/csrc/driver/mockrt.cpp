@@ -637,9 +637,7 @@ mockError_t mockMemcpyAsync(void* dst, const void* src, size_t bytes, mockMemcpy
   if (mockError_t e = mockrt::check_copy(dst, src, kind, "mockMemcpyAsync")) return e;
   void* to = mockrt::dst_address(dst, kind);
   const void* from = mockrt::src_address(src, kind);
-  int async = 0;
-  mockDeviceGetAttribute(&async, mockDevAttrAsync, mockrt::Driver::device_of(stream));
-  if (!async) {
+  if (!driver().config.async) {
     std::memcpy(to, from, bytes);
     return mockSuccess;
   }
