@@ -17,7 +17,8 @@ the raw numbers (JSON). ``--profile`` adds, for ``--steps`` more steps of each p
 (torch.profiler), the self CPU time per step by category (collectives, DTensor dispatch, aten kernels,
 other) and the top ops, to show what dominates.
 
-    python bench/training.py [--out bench/results] [--rounds 5] [--steps 3] [--profile] [--no-readme]
+    python bench/training.py [--out bench/results] [--rounds 5] [--steps 3] [--profile]
+        [--layouts fsdp2,...] [--no-readme] [--no-plot]
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ def rank_main(rank: int, world: int, port: int, out: str, opts: dict) -> None:
     cfg = Config(vocab=opts["vocab"], dim=opts["dim"], heads=opts["heads"], hidden=opts["hidden"],
                  layers=opts["layers"])
     steps, pairs = {}, {}
-    for layout in LAYOUTS:
+    for layout in opts["layouts"]:
         for device in DEVICES:
             dev = f"mock:{rank}" if device == "mock" else "cpu"
             if layout.startswith("pp"):
@@ -211,7 +212,7 @@ def rank_main(rank: int, world: int, port: int, out: str, opts: dict) -> None:
             step()
     rounds = {key: [] for key in steps}
     for _ in range(opts["rounds"]):
-        for layout in LAYOUTS:
+        for layout in opts["layouts"]:
             total = dict.fromkeys(DEVICES, 0.0)
             for _ in range(opts["steps"]):
                 for device in DEVICES:  # alternate step by step: both see the same load
@@ -248,7 +249,7 @@ def report(data: dict) -> tuple[str, bool]:
              "|---|---|---|---|---|---|"]
     ok = True
     verdicts = []
-    for layout in LAYOUTS:
+    for layout in data["config"]["layouts"]:
         m, c = by[(layout, "mock")], by[(layout, "cpu")]
         ratio = paired_ratio(m, c)
         lines.append(f"| {TITLES[layout]} | {m['seconds'] * 1e3:.0f} ms | {c['seconds'] * 1e3:.0f} ms | {ratio:.2f} | "
@@ -293,23 +294,24 @@ def plot(data: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     by = {(r["layout"], r["device"]): r for r in data["rows"]}
+    layouts = data["config"]["layouts"]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     width = 0.38
     for i, device in enumerate(DEVICES):
         label = "mock + mockccl" if device == "mock" else "cpu + gloo"
-        xs = [j + (i - 0.5) * width for j in range(len(LAYOUTS))]
-        rows = [by[(layout, device)] for layout in LAYOUTS]
+        xs = [j + (i - 0.5) * width for j in range(len(layouts))]
+        rows = [by[(layout, device)] for layout in layouts]
         axes[0].bar(xs, [r["seconds"] * 1e3 for r in rows], width, label=label)
         for x, r in zip(xs, rows, strict=True):
             axes[0].plot([x] * len(r["rounds_seconds"]), [s * 1e3 for s in r["rounds_seconds"]], "k.", ms=3)
         axes[1].bar(xs, [r["tokens"] / r["seconds"] for r in rows], width, label=label)
-    for j, layout in enumerate(LAYOUTS):
+    for j, layout in enumerate(layouts):
         m, c = by[(layout, "mock")], by[(layout, "cpu")]
         axes[0].annotate(f"{paired_ratio(m, c):.2f}x", (j, max(m["seconds"], c["seconds"]) * 1e3),
                          ha="center", va="bottom")
     cfg = data["config"]
     for ax, title in ((axes[0], "step time, ms (dots: rounds; mock/cpu)"), (axes[1], "tokens / s")):
-        ax.set_xticks(range(len(LAYOUTS)), [TITLES[layout] for layout in LAYOUTS], fontsize=7)
+        ax.set_xticks(range(len(layouts)), [TITLES[layout] for layout in layouts], fontsize=7)
         ax.set_title(f"{title}, {data['world']} ranks")
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend()
@@ -336,7 +338,10 @@ def main(argv=None) -> int:
     parser.add_argument("--batch", type=int, default=2, help="sequences per data-parallel rank")
     parser.add_argument("--microbatches", type=int, default=4,
                         help="micro-batches of a pipelined step (a multiple of the stages)")
+    parser.add_argument("--layouts", default=",".join(LAYOUTS),
+                        help=f"comma-separated, of {', '.join(LAYOUTS)} (a subset needs --no-readme)")
     parser.add_argument("--no-readme", action="store_true", help="do not rewrite bench/README.md")
+    parser.add_argument("--no-plot", action="store_true", help="do not draw training.png")
     parser.add_argument("--profile", action="store_true",
                         help="profile --steps more steps of each layout and device on rank 0 "
                              "(time by category, top ops)")
@@ -350,11 +355,18 @@ def main(argv=None) -> int:
     if args.layers % args.ranks or args.microbatches % args.ranks:
         parser.error(f"--layers and --microbatches must be multiples of --ranks ({args.ranks}): "
                      "the pipeline has one stage per rank")
+    layouts = args.layouts.split(",")
+    if unknown := [x for x in layouts if x not in LAYOUTS]:
+        parser.error(f"--layouts: unknown {', '.join(unknown)}; choose from {', '.join(LAYOUTS)}")
+    if set(layouts) != set(LAYOUTS) and not args.no_readme:
+        parser.error("--layouts with a subset of the layouts needs --no-readme (README.md's table "
+                     "has every layout)")
     tp = args.ranks // 2
     if args.heads % tp or args.vocab % tp or args.hidden % tp:
         parser.error(f"--heads, --vocab and --hidden must be multiples of the TP size {tp}")
     opts = {k: getattr(args, k) for k in ("rounds", "steps", "warmup", "dim", "heads", "hidden", "layers",
                                           "vocab", "seq", "batch", "microbatches", "profile")}
+    opts["layouts"] = layouts
     start = time.monotonic()
     env = environment()
     data = run_ranks(__file__, args.ranks, args.out / "training.json", json.dumps(opts))
@@ -367,9 +379,11 @@ def main(argv=None) -> int:
     print(text)
     if not args.no_readme:
         write_section(readme_section(data, text, argv or sys.argv[1:]), BEGIN, END, "Training step")
-    plot(data, args.out / "training.png")
-    print(f"\n{args.ranks} ranks, {time.monotonic() - start:.0f} s; plot: {args.out / 'training.png'}, "
-          f"numbers: {raw}")
+    drawn = ""
+    if not args.no_plot:
+        plot(data, args.out / "training.png")
+        drawn = f"plot: {args.out / 'training.png'}, "
+    print(f"\n{args.ranks} ranks, {time.monotonic() - start:.0f} s; {drawn}numbers: {raw}")
     return 0 if ok else 1
 
 

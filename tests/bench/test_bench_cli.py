@@ -34,3 +34,24 @@ def test_hosts_that_do_not_divide_the_ranks_are_refused_before_starting_ranks():
                           text=True, timeout=60)
     assert proc.returncode == 2
     assert "--hosts must be at least 1 and divide --ranks (4), got 3" in proc.stderr
+
+
+def test_training_bench_refuses_unknown_layouts_and_a_subset_that_would_rewrite_the_readme():
+    for argv, message in ((["--layouts", "fsdp2,fsdp3"],
+                           "--layouts: unknown fsdp3; choose from fsdp2, fsdp2_tp, pp, pp_fsdp2_tp"),
+                          (["--layouts", "fsdp2"], "--layouts with a subset of the layouts needs "
+                                                   "--no-readme")):
+        proc = subprocess.run([sys.executable, str(TRAINING), *argv], capture_output=True, text=True,
+                              timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr, (argv, proc.stderr)
+
+
+def test_driver_bench_refuses_bad_options_and_an_unknown_reference_before_measuring():
+    driver = BENCH.parent / "driver.py"
+    proc = subprocess.run([sys.executable, str(driver), "--calls", "0"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2 and "--calls must be at least 1, got 0" in proc.stderr, proc.stderr
+    proc = subprocess.run([sys.executable, str(driver), "--reference", "no-such-commit"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "--reference no-such-commit: not a commit of" in proc.stderr, proc.stderr

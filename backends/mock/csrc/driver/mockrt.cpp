@@ -318,6 +318,9 @@ class Driver {
   // Runs `work` when the stream reaches it (now, on a synchronous device); after an error of
   // the device, `dropped` instead. An exception from `work` fails the device (asynchronous) or
   // is returned (synchronous).
+  // True when work runs inside the call that issues it (no scheduler: the synchronous mode).
+  bool runs_inline() const { return !scheduler_; }
+
   mockError_t submit(mockStream_t stream, const char* name, std::function<void()> work,
                      std::function<void()> dropped) {
     const int device = device_of(stream);
@@ -698,6 +701,12 @@ mockError_t mockLaunchKernel(mockStream_t stream, const char* name, mockKernel_t
   if (!driver().usable()) return driver().unusable();
   if (kernel == nullptr) return fail(mockErrorInvalidValue, "mockLaunchKernel: kernel is null");
   const char* what = name == nullptr ? "a kernel" : name;
+  if (driver().runs_inline()) {  // the kernel runs here; nothing to queue
+    if (const char* error = kernel(args, 1)) {
+      return fail(mockErrorLaunchFailure, mockrt::failed(what, mockrt::Driver::device_of(stream), error));
+    }
+    return mockSuccess;
+  }
   return driver().submit(
       stream, what,
       [kernel, args] {
