@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 
 from _results import environment, write_section
+from _timing import returned_and_done
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -119,23 +120,18 @@ def micro(calls: int, batches: int) -> dict:
         end.synchronize()
         timing.elapsed_time(end)
 
+    cases = {"launch": launch, "add_8": add_8, "event_record_query": event_record_query,
+             "event_record_synchronize": event_record_synchronize, "wait_event": wait_event,
+             "elapsed_time": elapsed_time}
+    assert cases.keys() == CASES.keys()
     results = {}
-    for name in CASES:
-        fn = locals()[name]
+    for name, fn in cases.items():
         for _ in range(calls // 10):
             fn()
         torch.mock.synchronize()
-        issue, done = [], []
-        for _ in range(batches):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            t1 = time.perf_counter()
-            torch.mock.synchronize()
-            t2 = time.perf_counter()
-            issue.append((t1 - t0) / calls * 1e6)
-            done.append((t2 - t0) / calls * 1e6)
-        results[name] = {"issue_us": statistics.median(issue), "done_us": statistics.median(done)}
+        issue, done = returned_and_done(fn, calls, batches, torch.mock.synchronize)
+        results[name] = {"issue_us": statistics.median(issue) / calls * 1e6,
+                         "done_us": statistics.median(done) / calls * 1e6}
     return {"accelkit": mock.__file__, "torch": torch.__version__, "cases": results,
             "first_op_s": first_s, "first_op_imports": len(imported),
             "first_op_imports_dynamo": "torch._dynamo" in imported}

@@ -27,6 +27,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import accelkit.backends.mock  # noqa: E402,F401  (registers torch.mock)
 import torch  # noqa: E402
+from _timing import returned_and_done  # noqa: E402
 
 
 def _median_seconds(fn: Callable[[], object], repeat: int, inner: int,
@@ -111,14 +112,7 @@ def launch_ratios(repeat: int) -> dict[str, dict[str, float]]:
     for name, fn in _launch_cases().items():
         fn()
         torch.mock.synchronize()
-        returned, done = [], []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            for _ in range(LAUNCH_CALLS):
-                fn()
-            returned.append(time.perf_counter() - start)
-            torch.mock.synchronize()
-            done.append(time.perf_counter() - start)
+        returned, done = returned_and_done(fn, LAUNCH_CALLS, repeat, torch.mock.synchronize)
         ratios = [r / d for r, d in zip(returned, done, strict=True)]
         out[name] = {"returned_s": statistics.median(returned), "done_s": statistics.median(done),
                      "ratio": statistics.median(ratios), "target": LAUNCH_TARGET}
