@@ -1135,3 +1135,228 @@ def sweep_send_recv(ctx):
             results.equal(got, sweep.rank_values(left, n, dtype),
                           f"irecv from rank {left} of {sweep.label(dtype, n)}")
     results.done()
+
+
+#: The collective ops of PyTorch's guide for out-of-tree backends
+#: (docs/source/accelerator/distributed.md in pytorch/pytorch), as c10d::Backend methods: the
+#: minimal set every backend implements, then the extended set.
+MINIMAL_OPS = ("broadcast", "allreduce", "allgather", "reduce_scatter", "barrier")
+EXTENDED_OPS = ("allreduce_coalesced", "reduce", "_allgather_base", "allgather_coalesced",
+                "allgather_into_tensor_coalesced", "gather", "scatter", "_reduce_scatter_base",
+                "reduce_scatter_tensor_coalesced", "alltoall_base", "send", "recv", "recvAnysource")
+#: The guide's capability bits that the installed torch's c10d::Backend reports through a
+#: supportsX() virtual (Python: the backend object's property); the guide's others
+#: (Reconfigure, Window, AbortHooks, CompletionHooks) have none in 2.13-2.15.
+CAPABILITY_BITS = (("Splitting", "supports_splitting"), ("Coalescing", "supports_coalescing"),
+                   ("TimeEstimation", "supports_time_estimate"), ("Shrinking", "supports_shrinking"))
+
+
+def _guide_op(ctx, pg, backend, name: str) -> None:
+    """Run the guide's op ``name`` once on this rank's device through the backend's own method
+    (the two *_tensor_coalesced ops, which the Backend's Python binding lacks, through the
+    dispatchable group, which hands device tensors to the same backend) and check its result."""
+    from torch._C import _distributed_c10d as c10d
+
+    ws, r, dev = ctx.world_size, ctx.rank, ctx.device
+
+    def full(value, n=4):
+        return torch.full((n,), float(value), device=dev)
+
+    def every(n=4):  # rank p's input: p + 1
+        return [torch.full((n,), float(p + 1)) for p in range(ws)]
+
+    total = float(ws * (ws + 1) // 2)
+    if name == "broadcast":
+        t = full(r + 1)
+        backend.broadcast([t], c10d.BroadcastOptions()).wait()  # root 0
+        assert_equal(t, torch.full((4,), 1.0), "broadcast from rank 0")
+    elif name in ("allreduce", "allreduce_coalesced"):
+        ts = [full(r + 1), full(r + 1, 7)]
+        if name == "allreduce":
+            backend.allreduce(ts[:1], c10d.AllreduceOptions()).wait()
+            ts = ts[:1]
+        else:
+            backend.allreduce_coalesced(ts, c10d.AllreduceCoalescedOptions()).wait()
+        for t in ts:
+            assert_equal(t, torch.full(t.shape, total), f"{name}: SUM of every rank's input")
+    elif name == "reduce":
+        t = full(r + 1)
+        backend.reduce([t], c10d.ReduceOptions()).wait()  # root 0
+        if r == 0:
+            assert_equal(t, torch.full((4,), total), "reduce to rank 0")
+    elif name == "allgather":
+        outs = [[full(-1) for _ in range(ws)]]
+        backend.allgather(outs, [full(r + 1)], c10d.AllgatherOptions()).wait()
+        assert_equal(torch.stack(outs[0]), torch.stack(every()), "allgather")
+    elif name == "_allgather_base":
+        out = full(-1, 4 * ws)
+        backend._allgather_base(out, full(r + 1), c10d.AllgatherOptions()).wait()
+        assert_equal(out, torch.cat(every()), "_allgather_base")
+    elif name == "allgather_coalesced":
+        outs = [[full(-1) for _ in range(2)] for _ in range(ws)]
+        backend.allgather_coalesced(outs, [full(r + 1), full(10 * (r + 1))],
+                                    c10d.AllgatherOptions()).wait()
+        for p in range(ws):
+            assert_equal(torch.stack(outs[p]), torch.stack([torch.full((4,), float(p + 1)),
+                                                            torch.full((4,), 10.0 * (p + 1))]),
+                         f"allgather_coalesced: rank {p}'s inputs")
+    elif name == "allgather_into_tensor_coalesced":
+        outs = [full(-1, 4 * ws), full(-1, 2 * ws)]
+        pg.allgather_into_tensor_coalesced(outs, [full(r + 1), full(r + 1, 2)]).wait()
+        assert_equal(outs[0], torch.cat(every()), f"{name} 0")
+        assert_equal(outs[1], torch.cat(every(2)), f"{name} 1")
+    elif name in ("reduce_scatter", "_reduce_scatter_base", "reduce_scatter_tensor_coalesced"):
+        # rank p contributes p + 1 + q to rank q's block: rank r gets total + ws * r
+        expected = torch.full((4,), total + ws * r)
+        blocks = [full(r + 1 + q) for q in range(ws)]
+        if name == "reduce_scatter":
+            out = full(-1)
+            backend.reduce_scatter([out], [blocks], c10d.ReduceScatterOptions()).wait()
+            outs = [out]
+        elif name == "_reduce_scatter_base":
+            outs = [full(-1)]
+            backend._reduce_scatter_base(outs[0], torch.cat(blocks), c10d.ReduceScatterOptions()).wait()
+        else:
+            outs = [full(-1), full(-1)]
+            pg.reduce_scatter_tensor_coalesced(outs, [torch.cat(blocks), torch.cat(blocks)],
+                                               c10d.ReduceScatterOptions()).wait()
+        for out in outs:
+            assert_equal(out, expected, f"{name}: rank {r}'s block")
+    elif name == "gather":
+        outs = [[full(-1) for _ in range(ws)]] if r == 0 else []
+        opts = c10d.GatherOptions()
+        opts.rootRank = 0
+        backend.gather(outs, [full(r + 1)], opts).wait()
+        if r == 0:
+            assert_equal(torch.stack(outs[0]), torch.stack(every()), "gather to rank 0")
+    elif name == "scatter":
+        out = full(-1)
+        opts = c10d.ScatterOptions()
+        opts.rootRank = 0
+        backend.scatter([out], [[full(p + 1) for p in range(ws)]] if r == 0 else [], opts).wait()
+        assert_equal(out, torch.full((4,), float(r + 1)), "scatter from rank 0")
+    elif name == "alltoall_base":
+        out = full(-1, ws)
+        backend.alltoall_base(out, torch.arange(ws, dtype=torch.float32, device=dev) + 10 * r,
+                              [], [], c10d.AllToAllOptions()).wait()
+        assert_equal(out, torch.arange(ws, dtype=torch.float32) * 10 + r, "alltoall_base")
+    elif name == "barrier":
+        backend.barrier(c10d.BarrierOptions()).wait()
+    elif name in ("send", "recv", "recvAnysource"):
+        if ws < 2:
+            ctx.skip("point to point needs 2 ranks")
+        nxt, prev = (r + 1) % ws, (r - 1) % ws
+        got = full(-1)
+        receive = (backend.recv([got], prev, 7) if name != "recvAnysource"
+                   else backend.recv_anysource([got], 7))
+        sent = full(r + 1)
+        backend.send([sent], nxt, 7).wait()
+        receive.wait()
+        assert_equal(got, torch.full((4,), float(prev + 1)), f"{name}: from rank {prev}")
+        if name == "recvAnysource":
+            assert_value(receive._source_rank(), prev, "recvAnysource's source rank")
+    else:
+        raise ValueError(f"no exercise for the guide's op {name!r}")
+
+
+def _exercise_capability(ctx, pg, bit: str) -> str:
+    """Use an advertised capability the way torch does and check that it works; the detail."""
+    ws = ctx.world_size
+    if bit == "Splitting":
+        # split_group needs the default group bound to a device (init_process_group(device_id=)),
+        # which the suite's shared group is not: rank 0 runs devicemesh's eager-init probe, a
+        # fresh 2-rank world that splits it into DeviceMesh's sub-groups and split_groups
+        from accelkit.conformance.checks.devicemesh import split_probe
+
+        if ctx.rank != 0:
+            return "exercised on rank 0"
+        split_probe(ctx)
+        return ("split_group into the whole world and into groups of one rank, and DeviceMesh's "
+                "sub-groups, in a 2-rank world bound to the device, each reducing over its ranks")
+    if bit == "Coalescing":
+        from torch.distributed.distributed_c10d import _coalescing_manager
+
+        ts = [torch.full((n,), float(ctx.rank + 1), device=ctx.device) for n in (3, 0, 9)]
+        with _coalescing_manager(group=pg, device=ctx.device, async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t)
+        cm.wait()
+        for t in ts:
+            assert_equal(t, torch.full(t.shape, float(ws * (ws + 1) // 2)), "a coalesced all_reduce")
+        return "three all_reduce in one _coalescing_manager (start/end coalescing)"
+    if bit == "TimeEstimation":
+        from torch.distributed.distributed_c10d import _time_estimator
+
+        with _time_estimator(group=pg, device=ctx.device) as cm:
+            dist.all_reduce(torch.ones(1 << 16, device=ctx.device))
+        assert cm.estimated_time is not None and cm.estimated_time > 0, (
+            f"_time_estimator gave {cm.estimated_time!r} for an all_reduce of 256 KiB, expected a "
+            "positive time")
+        return f"_time_estimator: {cm.estimated_time} for an all_reduce of 256 KiB"
+    # Shrinking removes ranks from a group for good; the suite's ranks share theirs
+    ctx.skip("advertised; shrink_group would remove ranks from the group the suite's checks share")
+
+
+@check(requires=("accelerator",), timeout=120)
+def capability_levels(ctx):
+    """The levels of PyTorch's guide for out-of-tree c10d backends
+    (docs/source/accelerator/distributed.md in pytorch/pytorch) this backend reaches: each op of
+    the minimal set (broadcast, allreduce, allgather, reduce_scatter, barrier) and of the extended
+    set (the coalesced, base, rooted, all-to-all and point-to-point methods) called once through
+    the c10d::Backend itself with its result checked; and each capability bit the backend
+    advertises through the installed torch's supportsX() virtuals (supports_splitting, ...)
+    used as torch uses it (split_group, _coalescing_manager, _time_estimator) and checked. One
+    row per op and bit; the report shows the level reached. An op that raises or computes a
+    wrong result, or an advertised capability that does not work, fails the check."""
+    pg = dist.distributed_c10d._get_default_group()
+    backend = pg._get_backend(ctx.device)
+    failed = []
+
+    def row(capability, kind, run):
+        try:
+            detail, status = run() or "", "pass"
+        except _SkipRow as skip:
+            detail, status = str(skip), "skip"
+        except AssertionError as e:
+            detail, status = str(e), "fail"
+        except Exception as e:  # noqa: BLE001  (the row records what the backend raised)
+            detail, status = f"{type(e).__name__}: {e}", "error"
+        if status in ("fail", "error"):
+            failed.append(f"{capability}: {detail}")
+        if ctx.rank == 0:  # one table for the report; every rank checks its own results
+            ctx.rows.append({"capability": capability, "kind": kind, "status": status,
+                             "detail": detail})
+
+    for kind, ops in (("minimal", MINIMAL_OPS), ("extended", EXTENDED_OPS)):
+        for name in ops:
+            row(name, kind, lambda n=name: _as_row(ctx, lambda: _guide_op(ctx, pg, backend, n)))
+    for bit, attribute in CAPABILITY_BITS:
+        advertised = getattr(backend, attribute, None)
+        if advertised is None:
+            row(bit, "capability", lambda a=attribute: _raise_skip(
+                f"this torch's c10d::Backend has no {a}"))
+        elif not advertised:
+            row(bit, "capability", lambda a=attribute: _raise_skip(f"not advertised ({a} is False)"))
+        else:
+            row(bit, "capability",
+                lambda b=bit: _as_row(ctx, lambda: f"advertised; {_exercise_capability(ctx, pg, b)}"))
+    assert not failed, (f"{len(failed)} of the guide's ops and advertised capabilities do not work "
+                        "on this backend:\n" + "\n".join(failed))
+
+
+class _SkipRow(Exception):
+    """A row that is not exercised, with the reason."""
+
+
+def _raise_skip(reason: str):
+    raise _SkipRow(reason)
+
+
+def _as_row(ctx, run):
+    """``run()``, with a ``ctx.skip`` inside it turned into a skipped row (not a skipped check)."""
+    from accelkit.conformance.api import Skip
+
+    try:
+        return run()
+    except Skip as skip:
+        raise _SkipRow(str(skip)) from None

@@ -288,26 +288,40 @@ if bound != device:
 from torch.distributed.device_mesh import init_device_mesh
 
 mesh = init_device_mesh(spec.device_type, (world, 1), mesh_dim_names=("dp", "tp"))
-t = torch.ones(2, device=device)
-dist.all_reduce(t, group=mesh["dp"].get_group())
-whole = dist.split_group(split_ranks=[list(range(world))])
-u = torch.ones(2, device=device)
-dist.all_reduce(u, group=whole)
-print(json.dumps({"dp": t.cpu().tolist(), "split": u.cpu().tolist(),
-                  "tp_size": mesh["tp"].get_group().size()}))
+sums = {}
+for name, group in (("dp", mesh["dp"].get_group()), ("tp", mesh["tp"].get_group()),
+                    ("split", dist.split_group(split_ranks=[list(range(world))])),
+                    ("solo", dist.split_group(split_ranks=[[r] for r in range(world)]))):
+    t = torch.ones(2, device=device)
+    dist.all_reduce(t, group=group)
+    sums[name] = t.cpu().tolist()
+print(json.dumps({**sums, "tp_size": mesh["tp"].get_group().size()}))
 dist.destroy_process_group()
 """
+
+
+#: What each rank of the 2-rank eager-init probe prints: an all_reduce of ones over the mesh's
+#: dimensions (the whole world, then a group of one rank), over a split_group of the whole world
+#: and over a split_group into groups of one rank each, then the size of the mesh's "tp" group.
+SPLIT_PROBE_SUMS = {"dp": [2.0, 2.0], "tp": [1.0, 1.0], "split": [2.0, 2.0], "solo": [1.0, 1.0],
+                    "tp_size": 1}
 
 
 @check(requires=("accelerator",), timeout=150)
 def eager_init_split(ctx):
     """init_process_group(device_id=...) (eager init, the setup torch recommends) keeps the
     device bound to the default group, and then DeviceMesh builds its sub-groups with
-    split_group, so the backend must support splitting: the binding, a (world, 1) mesh and an
-    explicit split_group work in a fresh 2-rank world started by rank 0
+    split_group, so the backend must support splitting: the binding, a (world, 1) mesh and
+    explicit split_groups work in a fresh 2-rank world started by rank 0, each sub-group
+    reducing over its own ranks only (a group of one rank sums to its own value)
     (torch.distributed.device_mesh, torch.distributed.split_group)."""
-    if ctx.rank != 0:
-        return
+    if ctx.rank == 0:
+        split_probe(ctx)
+
+
+def split_probe(ctx) -> None:
+    """Run the eager-init probe in a fresh 2-rank world of this backend (skips with fewer than
+    2 devices) and check that each rank prints :data:`SPLIT_PROBE_SUMS`."""
     if _handle(ctx).device_count() < 2:
         ctx.skip(f"needs 2 {ctx.device_type} devices, {_handle(ctx).device_count()} present")
     with tempfile.TemporaryDirectory(prefix="accelkit-split-") as tmp:
@@ -315,8 +329,7 @@ def eager_init_split(ctx):
         procs = [_launch(ctx, _EAGER_INIT_PROBE, [str(r), "2", init_file]) for r in range(2)]
         for r, proc in enumerate(procs):
             got = _probe_result(proc, f"eager-init rank {r}")
-            assert_value(got, {"dp": [2.0, 2.0], "split": [2.0, 2.0], "tp_size": 1},
-                         f"rank {r}'s results")
+            assert_value(got, SPLIT_PROBE_SUMS, f"rank {r}'s results")
 
 
 @check

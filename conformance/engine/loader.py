@@ -31,16 +31,16 @@ def _module_name_for_path(path: Path) -> str:
     return f"accelkit_checks_{digest}.{stem}"
 
 
-def import_module(name: str) -> None:
-    """Import one check module by dotted name or ``.py`` path (idempotent). A module that
-    fails to import leaves no check behind."""
+def import_module(name: str) -> str:
+    """Import one check module by dotted name or ``.py`` path (idempotent); the name it is
+    imported under. A module that fails to import leaves no check behind."""
     path = Path(name)
     from_file = name.endswith(".py") or path.is_file()
     if from_file and not path.is_file():
         raise CheckLoadError(f"check module file {name!r} does not exist")
     mod_name = _module_name_for_path(path) if from_file else name
     if mod_name in sys.modules:
-        return
+        return mod_name
     try:
         if from_file:
             spec = importlib.util.spec_from_file_location(mod_name, path.resolve())
@@ -57,10 +57,12 @@ def import_module(name: str) -> None:
             raise CheckLoadError(
                 f"cannot import check module {name!r}: {type(exc).__name__}: {exc}") from exc
         raise
+    return mod_name
 
 
 def load(modules: list[str], builtin: bool = True) -> dict[str, CheckDef]:
-    """Import the catalogue (unless ``builtin`` is False) and ``modules``; every check known."""
+    """Import the catalogue (unless ``builtin`` is False) and ``modules``; their checks (those
+    of their submodules included), not those of other check modules this process imported."""
     if builtin:
         from accelkit.conformance import checks
 
@@ -71,12 +73,11 @@ def load(modules: list[str], builtin: bool = True) -> dict[str, CheckDef]:
             raise CheckLoadError(
                 f"cannot import the check catalogue (accelkit.conformance.checks): "
                 f"{type(exc).__name__}: {exc}") from exc
-    for name in modules:
-        import_module(name)
-    if not builtin:
-        return {cid: c for cid, c in CHECKS.items()
-                if not c.module.startswith("accelkit.conformance.checks")}
-    return dict(CHECKS)
+    wanted = tuple(import_module(name) for name in modules)
+    if builtin:
+        wanted += ("accelkit.conformance.checks",)
+    return {cid: c for cid, c in CHECKS.items()
+            if any(c.module == m or c.module.startswith(m + ".") for m in wanted)}
 
 
 def _matches(check_id: str, pattern: str) -> bool:

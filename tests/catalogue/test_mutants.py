@@ -52,6 +52,7 @@ CATCHERS: dict[str, tuple[str, ...]] = {
     "stream_priority_ignored": ("streams.stream_priority",),
     "fallback_waits": ("ops.async_launch",),
     "wait_event_unordered": ("streams.side_stream_events",),
+    "split_shares_parent": ("devicemesh.eager_init_split", "collectives.capability_levels"),
 }
 
 WORLD_SIZE = 2

@@ -462,3 +462,41 @@ def test_resolve_leaves_the_options_it_was_given_and_reads_the_file_once(monkeyp
     assert given.expectations is None
     assert session.options.expectations == str(registry.get("cpu").expectations)
     assert len(reads) == 2 and session.ops == {}
+
+
+def _capability_rows(**statuses):
+    """Rows of ``collectives.capability_levels``: every op of the guide passing, but for the
+    ``statuses`` given (op or capability -> status)."""
+    from accelkit.conformance.checks.collectives import CAPABILITY_BITS, EXTENDED_OPS, MINIMAL_OPS
+
+    rows = [{"capability": op, "kind": kind, "status": statuses.get(op, "pass"), "detail": ""}
+            for kind, ops in (("minimal", MINIMAL_OPS), ("extended", EXTENDED_OPS)) for op in ops]
+    return rows + [{"capability": bit, "kind": "capability", "status": statuses.get(bit, "skip"),
+                    "detail": "not advertised"} for bit, _ in CAPABILITY_BITS]
+
+
+@pytest.mark.parametrize("statuses,level", [
+    ({}, "extended"),
+    ({"Splitting": "fail"}, "extended"),  # the bits are reported beside the level
+    ({"recvAnysource": "error"}, "minimal"),
+    ({"gather": "skip"}, "minimal"),
+    ({"barrier": "fail"}, "below minimal"),
+])
+def test_the_guide_level_is_the_highest_set_whose_every_op_passed(statuses, level):
+    assert reports.guide_level(_capability_rows(**statuses)) == level
+
+
+def test_report_md_shows_the_guide_level_and_every_op_and_capability_not_in_the_op_table():
+    """report.md has a capability table with the level reached and a row per op and bit; the
+    ops area's op table (rows with an ``op``) leaves the capability rows out."""
+    report = _report()
+    ranks = [RankResult(rank=0, status="fail", rows=_capability_rows(Splitting="fail", send="error")),
+             RankResult(rank=1, status="fail")]  # rank 0 reports the table
+    result = CheckResult("collectives.capability_levels", 2, Outcome.FAIL, "Splitting: wrong",
+                         ranks=ranks)
+    report.results.append(result)
+    md = reports.to_markdown(report)
+    assert "## collective capabilities (`collectives.capability_levels@2`)" in md
+    assert "reached: **minimal**." in md
+    assert "| `Splitting` | capability | fail |" in md and "| `send` | extended | error |" in md
+    assert "## op table" not in md

@@ -97,7 +97,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each item gets its module's markers (an item of a module outside tests/, such as a
-    test's own temporary module, gets none)."""
+    test's own temporary module, gets none); then the ``slow`` modules' items go first, each
+    module's in its own order, so that under ``pytest -n`` (tox.ini: whole modules per worker)
+    the long modules start at once and the short ones fill in around them."""
     for item in items:
         try:
             key = module_key(item.path)
@@ -105,3 +107,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         for name in MARKERS.get(key, ()):
             item.add_marker(name)
+    items.sort(key=lambda item: item.get_closest_marker(SLOW) is None)

@@ -83,6 +83,11 @@ c10::intrusive_ptr<::c10d::Backend> TransportBackend::split(
     const c10::intrusive_ptr<Options>& opts) {
   auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return nullptr;
+#ifdef ACCELKIT_FAULTS
+  if (faults::active("split_shares_parent")) {
+    return c10::intrusive_ptr<::c10d::Backend>::reclaim_copy(this);
+  }
+#endif
   const auto timeout = opts ? opts->timeout : timeout_;
   return c10::make_intrusive<TransportBackend>(connect_, store,
                                                static_cast<int>(me - ranks.begin()),

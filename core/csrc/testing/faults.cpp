@@ -87,6 +87,9 @@ const std::vector<Fault>& all() {
        "(the host waits for the device at each op; values stay right)"},
       {"wait_event_unordered",
        "Stream.wait_event (and wait_stream) returns without making the stream wait"},
+      {"split_shares_parent",
+       "split() hands every sub-group the parent's communicator (a library that advertises "
+       "splitting and ignores the colour), so a sub-group reduces over the whole group"},
   };
   return faults;
 }
