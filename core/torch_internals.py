@@ -108,6 +108,9 @@ PRIVATE_APIS: tuple[PrivateAPI, ...] = (
                "registration: Module.to keeps parameter identity"),
     PrivateAPI(f"{_C10D}._coalescing_manager",
                "collectives: coalesced collectives, the way FSDP and DDP issue them"),
+    PrivateAPI(f"{_C10D}._time_estimator",
+               "collectives: the TimeEstimation capability a backend advertises, used as "
+               "torch's estimator uses it"),
     PrivateAPI("torch.distributed._functional_collectives", "collectives: functional forms"),
     PrivateAPI("torch.distributed._make_nccl_premul_sum", "training: FSDP2's divide factor"),
     PrivateAPI("torch.distributed.fsdp._fully_shard._fsdp_collectives",

@@ -1305,7 +1305,8 @@ def capability_levels(ctx):
     set (the coalesced, base, rooted, all-to-all and point-to-point methods) called once through
     the c10d::Backend itself with its result checked; and each capability bit the backend
     advertises through the installed torch's supportsX() virtuals (supports_splitting, ...)
-    used as torch uses it (split_group, _coalescing_manager, _time_estimator) and checked. One
+    used as torch uses it (torch.distributed.split_group, _coalescing_manager,
+    _time_estimator) and checked. One
     row per op and bit; the report shows the level reached. An op that raises or computes a
     wrong result, or an advertised capability that does not work, fails the check."""
     pg = dist.distributed_c10d._get_default_group()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import socket
@@ -18,11 +19,28 @@ from accelkit.conformance.launchers.processes import kill_group, spawn
 TIMEOUT_S = 60
 
 
+#: Where :func:`free_port` looks: below the kernel's ephemeral range (32768-60999 here), so no
+#: process's outgoing connection takes a port between its pick and the store's bind, and a
+#: slice per pytest-xdist worker (``PYTEST_XDIST_WORKER``, gw0, gw1, ...), so two tests running
+#: at once never pick the same one.
+PORTS_FROM, PORTS_PER_WORKER = 20000, 1000
+_next_port = itertools.count()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on loopback that nothing listens on now, from this process's slice of
+    :data:`PORTS_FROM` on (a port that cannot be bound is passed over)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    base = PORTS_FROM + (int(worker) if worker.isdigit() else 0) * PORTS_PER_WORKER
+    for _ in range(PORTS_PER_WORKER):
+        port = base + next(_next_port) % PORTS_PER_WORKER
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port in {base}..{base + PORTS_PER_WORKER - 1}")
 
 
 def build_extensions() -> None:
