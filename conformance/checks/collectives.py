@@ -17,7 +17,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from accelkit.conformance.api import Defaults, check
+from accelkit.conformance.api import Defaults, Skip, check
 from accelkit.conformance.checks import _sweep as sweep
 from accelkit.conformance.checks._util import (
     ALSO_AT,
@@ -1316,7 +1316,7 @@ def capability_levels(ctx):
     def row(capability, kind, run):
         try:
             detail, status = run() or "", "pass"
-        except _SkipRow as skip:
+        except Skip as skip:  # ctx.skip inside a row skips the row, not the check
             detail, status = str(skip), "skip"
         except AssertionError as e:
             detail, status = str(e), "fail"
@@ -1328,36 +1328,18 @@ def capability_levels(ctx):
             ctx.rows.append({"capability": capability, "kind": kind, "status": status,
                              "detail": detail})
 
-    for kind, ops in (("minimal", MINIMAL_OPS), ("extended", EXTENDED_OPS)):
-        for name in ops:
-            row(name, kind, lambda n=name: _as_row(ctx, lambda: _guide_op(ctx, pg, backend, n)))
-    for bit, attribute in CAPABILITY_BITS:
+    def capability(bit, attribute):
         advertised = getattr(backend, attribute, None)
         if advertised is None:
-            row(bit, "capability", lambda a=attribute: _raise_skip(
-                f"this torch's c10d::Backend has no {a}"))
-        elif not advertised:
-            row(bit, "capability", lambda a=attribute: _raise_skip(f"not advertised ({a} is False)"))
-        else:
-            row(bit, "capability",
-                lambda b=bit: _as_row(ctx, lambda: f"advertised; {_exercise_capability(ctx, pg, b)}"))
+            ctx.skip(f"this torch's c10d::Backend has no {attribute}")
+        if not advertised:
+            ctx.skip(f"not advertised ({attribute} is False)")
+        return f"advertised; {_exercise_capability(ctx, pg, bit)}"
+
+    for kind, ops in (("minimal", MINIMAL_OPS), ("extended", EXTENDED_OPS)):
+        for name in ops:
+            row(name, kind, lambda n=name: _guide_op(ctx, pg, backend, n))
+    for bit, attribute in CAPABILITY_BITS:
+        row(bit, "capability", lambda b=bit, a=attribute: capability(b, a))
     assert not failed, (f"{len(failed)} of the guide's ops and advertised capabilities do not work "
                         "on this backend:\n" + "\n".join(failed))
-
-
-class _SkipRow(Exception):
-    """A row that is not exercised, with the reason."""
-
-
-def _raise_skip(reason: str):
-    raise _SkipRow(reason)
-
-
-def _as_row(ctx, run):
-    """``run()``, with a ``ctx.skip`` inside it turned into a skipped row (not a skipped check)."""
-    from accelkit.conformance.api import Skip
-
-    try:
-        return run()
-    except Skip as skip:
-        raise _SkipRow(str(skip)) from None
