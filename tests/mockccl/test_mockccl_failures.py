@@ -62,6 +62,18 @@ def rank_main(rank: int, world_size: int, out_path: str) -> None:
     dist.all_reduce(c)
     seen["default_sums"] = [t.cpu().tolist(), c.tolist()]
 
+    # Coalescing groups do not nest and an end needs a start: clear errors, and the group's
+    # coalescing still works afterwards (one Work for the group's two all_reduces).
+    world._start_coalescing(dev)
+    seen["nested_coalescing"] = _outcome(lambda: world._start_coalescing(dev))
+    pair = [torch.ones(2, device=dev), torch.full((5,), 2.0, device=dev)]
+    for x in pair:
+        dist.all_reduce(x)
+    group_work = world._end_coalescing(dev)
+    group_work.wait()
+    seen["coalesced_sums"] = [x.cpu().tolist() for x in pair]
+    seen["end_without_start"] = _outcome(lambda: world._end_coalescing(dev))
+
     # A collective rank 2 never joins: the others time out, naming rank 2; rank 2 comes late
     # and finds the group aborted.
     timed = dist.new_group(timeout=timedelta(seconds=GROUP_TIMEOUT_S))
@@ -232,6 +244,17 @@ def test_no_backend_gives_mockccl_for_mock_and_gloo_for_cpu(scenario):
         assert r["default_mock_backend"] == "mockccl"
         assert r["default_cpu_backend"] == "gloo"
         assert r["default_sums"] == [[3.0] * 3, [3.0] * 3]
+
+
+def test_coalescing_misuse_is_refused_and_the_group_goes_on(scenario):
+    results, _, _ = scenario
+    for r in results:
+        nested, unstarted = r["nested_coalescing"], r["end_without_start"]
+        assert nested["raised"] is not None and "coalescing groups do not nest" in \
+            nested["message"], nested
+        assert unstarted["raised"] is not None and \
+            "endCoalescing() without startCoalescing()" in unstarted["message"], unstarted
+        assert r["coalesced_sums"] == [[3.0] * 2, [6.0] * 5]
 
 
 def test_timeout_names_collective_seq_and_missing_rank(scenario):

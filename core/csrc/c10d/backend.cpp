@@ -253,7 +253,30 @@ c10::intrusive_ptr<::c10d::Work> TransportBackend::enqueue_on(OrderedWorker& wor
     --pending_;
     throw;
   }
+  {
+    std::lock_guard<std::mutex> lock(coalescing_mutex_);
+    if (coalescing_) coalesced_.push_back(work);
+  }
   return work;
+}
+
+void TransportBackend::startCoalescing() {
+  check_open("startCoalescing");
+  std::lock_guard<std::mutex> lock(coalescing_mutex_);
+  TORCH_CHECK(!coalescing_, name_, ": startCoalescing() called again before endCoalescing(): "
+              "coalescing groups do not nest (one _coalescing_manager at a time per group)");
+  coalescing_ = true;
+}
+
+c10::intrusive_ptr<::c10d::Work> TransportBackend::endCoalescing() {
+  std::vector<c10::intrusive_ptr<::c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(coalescing_mutex_);
+    TORCH_CHECK(coalescing_, name_, ": endCoalescing() without startCoalescing()");
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  return c10::make_intrusive<CoalescedWork>(rank_, std::move(works));
 }
 
 void TransportBackend::wait_for_producers(const c10::Event& ready, const CallInfo& call) const {

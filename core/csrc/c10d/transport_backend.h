@@ -78,6 +78,27 @@ class QueuedWork : public ::c10d::Work {
   const std::optional<c10::Device> device_;
 };
 
+// The operations of one coalescing group (startCoalescing() to endCoalescing(), as
+// torch.distributed._coalescing_manager issues them with a device) as one Work: wait() waits
+// for each in issue order (on an asynchronous device it queues each one's wait on the
+// caller's stream), it is completed once all are, its error is the first of theirs, and its
+// future completes with every operation's outputs once all did (or with the first error).
+class CoalescedWork : public ::c10d::Work {
+ public:
+  CoalescedWork(int rank, std::vector<c10::intrusive_ptr<::c10d::Work>> works);
+
+  bool wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0)) override;
+  bool isCompleted() override;
+  bool isSuccess() const override { return exception() == nullptr; }
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  const std::vector<c10::intrusive_ptr<::c10d::Work>> works_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
 // One thread running jobs in submission order.
 class OrderedWorker {
  public:
@@ -122,6 +143,13 @@ class TransportBackend : public ::c10d::Backend {
   c10::intrusive_ptr<::c10d::Backend> split(const c10::intrusive_ptr<::c10d::Store>& store,
                                             const std::vector<int>& ranks,
                                             const c10::intrusive_ptr<Options>& opts) override;
+
+  // Coalescing: the operations issued between startCoalescing() and endCoalescing() run as
+  // each is issued, in order, and endCoalescing() returns one CoalescedWork for them (torch's
+  // _coalescing_manager(device=...) replaces the Work of its coalesced call with it).
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<::c10d::Work> endCoalescing() override;
 
   // The sequence number is local, and in step on every rank by construction: every rank
   // issues the same collectives in the same order (the transport checks it per call).
@@ -269,6 +297,9 @@ class TransportBackend : public ::c10d::Backend {
   std::mutex lifecycle_mutex_;  // guards p2p_, callbacks_ and the closing
   std::map<std::pair<int, bool>, std::unique_ptr<OrderedWorker>> p2p_;
   std::unique_ptr<OrderedWorker> callbacks_;
+  std::mutex coalescing_mutex_;  // guards coalescing_ and coalesced_
+  bool coalescing_ = false;      // between startCoalescing() and endCoalescing()
+  std::vector<c10::intrusive_ptr<::c10d::Work>> coalesced_;  // the group's operations so far
   OrderedWorker collectives_;
 };
 

@@ -87,6 +87,75 @@ void QueuedWork::complete_future(std::exception_ptr error) {
   }
 }
 
+// -- CoalescedWork ------------------------------------------------------------------------------
+
+CoalescedWork::CoalescedWork(int rank, std::vector<c10::intrusive_ptr<::c10d::Work>> works)
+    : ::c10d::Work(rank, ::c10d::OpType::COALESCED, nullptr),
+      works_(std::move(works)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {
+  // The future completes on the thread that completes the last member's.
+  struct Countdown {
+    std::mutex mutex;
+    size_t left;
+    std::exception_ptr error;
+  };
+  auto countdown = std::make_shared<Countdown>();
+  countdown->left = works_.size();
+  if (works_.empty()) {
+    future_->markCompleted(c10::IValue(std::vector<at::Tensor>{}));
+    return;
+  }
+  for (const auto& work : works_) {
+    work->getFuture()->addCallback(
+        [countdown, future = future_, works = works_](c10::ivalue::Future& done) {
+          std::exception_ptr error;
+          {
+            std::lock_guard<std::mutex> lock(countdown->mutex);
+            if (done.hasError() && !countdown->error) countdown->error = done.exception_ptr();
+            if (--countdown->left > 0) return;
+            error = countdown->error;
+          }
+          if (error) {
+            future->setError(error);
+            return;
+          }
+          std::vector<at::Tensor> outputs;
+          for (const auto& w : works) {
+            for (auto& t : w->result()) outputs.push_back(std::move(t));
+          }
+          future->markCompleted(c10::IValue(outputs));
+        });
+  }
+}
+
+bool CoalescedWork::wait(std::chrono::milliseconds timeout) {
+  for (const auto& work : works_) work->wait(timeout);
+  return true;
+}
+
+bool CoalescedWork::isCompleted() {
+  for (const auto& work : works_) {
+    if (!work->isCompleted()) return false;
+  }
+  return true;
+}
+
+std::exception_ptr CoalescedWork::exception() const {
+  for (const auto& work : works_) {
+    if (std::exception_ptr error = work->exception()) return error;
+  }
+  return nullptr;
+}
+
+std::vector<at::Tensor> CoalescedWork::result() {
+  std::vector<at::Tensor> outputs;
+  for (const auto& work : works_) {
+    for (auto& t : work->result()) outputs.push_back(std::move(t));
+  }
+  return outputs;
+}
+
 // -- OrderedWorker ------------------------------------------------------------------------------
 
 OrderedWorker::OrderedWorker() : thread_([this] { loop(); }) {}

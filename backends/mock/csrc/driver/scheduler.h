@@ -10,13 +10,83 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 namespace mockrt {
+
+// A queued task: a move-only callable kept inside the queue's entry when its captures fit
+// (a kernel launch's do: its function, arguments, device and name), so queuing one allocates
+// nothing, as a driver writes a launch into a ring of command slots; larger ones go to the heap.
+class Task {
+ public:
+  Task() = default;
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, Task>>>
+  Task(F&& fn) {  // NOLINT(google-explicit-constructor): as std::function
+    using Fn = std::decay_t<F>;
+    if constexpr (sizeof(Fn) <= kInline && alignof(Fn) <= alignof(std::max_align_t) &&
+                  std::is_nothrow_move_constructible_v<Fn>) {
+      new (buffer_) Fn(std::forward<F>(fn));
+      ops_ = &kInlineOps<Fn>;
+    } else {
+      *reinterpret_cast<Fn**>(buffer_) = new Fn(std::forward<F>(fn));
+      ops_ = &kHeapOps<Fn>;
+    }
+  }
+  Task(Task&& other) noexcept { take(other); }
+  Task& operator=(Task&& other) noexcept {
+    if (this != &other) {
+      reset();
+      take(other);
+    }
+    return *this;
+  }
+  Task(const Task&) = delete;
+  Task& operator=(const Task&) = delete;
+  ~Task() { reset(); }
+
+  explicit operator bool() const { return ops_ != nullptr; }
+  void operator()() { ops_->call(buffer_); }
+
+ private:
+  static constexpr size_t kInline = 64;
+  struct Ops {
+    void (*call)(void*);
+    void (*move)(void* from, void* to);  // leaves `from` destroyed
+    void (*destroy)(void*);
+  };
+  template <typename Fn>
+  static constexpr Ops kInlineOps{
+      [](void* p) { (*static_cast<Fn*>(p))(); },
+      [](void* from, void* to) {
+        new (to) Fn(std::move(*static_cast<Fn*>(from)));
+        static_cast<Fn*>(from)->~Fn();
+      },
+      [](void* p) { static_cast<Fn*>(p)->~Fn(); }};
+  template <typename Fn>
+  static constexpr Ops kHeapOps{
+      [](void* p) { (**static_cast<Fn**>(p))(); },
+      [](void* from, void* to) { *static_cast<Fn**>(to) = *static_cast<Fn**>(from); },
+      [](void* p) { delete *static_cast<Fn**>(p); }};
+
+  void take(Task& other) noexcept {
+    ops_ = other.ops_;
+    if (ops_ != nullptr) ops_->move(other.buffer_, buffer_);
+    other.ops_ = nullptr;
+  }
+  void reset() noexcept {
+    if (ops_ != nullptr) ops_->destroy(buffer_);
+    ops_ = nullptr;
+  }
+
+  alignas(std::max_align_t) unsigned char buffer_[kInline];
+  const Ops* ops_ = nullptr;
+};
 
 // The streams of every device and the threads that run them: each (device, stream) is a queue
 // run in order, one task at a time; a fixed set of worker threads runs the queues that have
@@ -57,7 +127,7 @@ class Scheduler {
   std::optional<uint64_t> seed() const { return seed_; }
 
   // Queue `task` on a stream of `priority` (lower runs first).
-  void push(Key key, int priority, std::function<void()> task) {
+  void push(Key key, int priority, Task task) {
     enqueue(key, priority, Entry{std::move(task), {}});
   }
 
@@ -81,7 +151,7 @@ class Scheduler {
 
  private:
   struct Entry {
-    std::function<void()> run;
+    Task run;
     std::function<void(Resume)> wait;
   };
   struct Stream {

@@ -5,7 +5,10 @@
 // PREMUL_SUM on SUM, splits coalesced and list variants into transport calls, keeps the
 // group's collective sequence number, and runs each group's collectives in issue order on one
 // worker thread (point-to-point ops on one thread per peer and direction, so a send and a recv
-// between the same two ranks never wait on each other). Every op returns a Work.
+// between the same two ranks never wait on each other). Every op returns a Work. A coalescing
+// group (torch.distributed._coalescing_manager with a device: startCoalescing() to
+// endCoalescing()) runs its operations as each is issued and returns one Work for them all;
+// the Transport sees its calls one by one.
 //
 // Teardown: shutdown() (destroy_process_group) finishes the operations issued before it, as
 // ProcessGroupNCCL's does; abort(), and the destructor of a group dropped with operations in
