@@ -181,6 +181,9 @@ ENTRY_POINTS: dict[str, tuple[str, ...]] = {
     "send": ("Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv",),
     "recv": ("Transport::send / recv <- send, recv, isend, irecv, batch_isend_irecv",),
     "recvAnysource": ("Transport::recv_any <- recv(src=None)",),
+    # a coalescing group's one Work: its operations, issued between startCoalescing() and it,
+    # reach their own rows (collectives.capability_levels runs a group)
+    "endCoalescing": (),
 }
 
 #: The seams' methods no check can observe, each with why; every other method of the seams'

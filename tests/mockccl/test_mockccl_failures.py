@@ -436,8 +436,13 @@ def bad_interface_rank_main(rank: int, world_size: int, out_path: str) -> None:
     import accelkit.backends.mock  # noqa: F401
     import torch.distributed as dist
 
+    # The store is the rank program's, not init_process_group's: a failed init would drop
+    # its own, and with it rank 0's server, under another rank still joining through it.
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                          rank == 0, timeout=timedelta(seconds=20))
     outcome = _outcome(lambda: dist.init_process_group(
-        "mock:mockccl,cpu:gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=20)))
+        "mock:mockccl,cpu:gloo", rank=rank, world_size=world_size, store=store,
+        timeout=timedelta(seconds=20)))
     Path(out_path).write_text(json.dumps({"init": outcome}))
     # rank 0 hosts the store the others may still be joining: it stays until every rank wrote
     others = [Path(out_path).with_name(f"rank{r}.json") for r in range(world_size)]
